@@ -1,0 +1,62 @@
+"""The ``agentrl`` command.
+
+Each sub-command lives in its own module under ``agentrl.cli`` and exposes ``register(subparsers)``;
+heavy libraries are imported inside the command's handler, never at module import, so that
+``agentrl --help`` answers at once. Errors that are the user's (``AgentRLError``) print one line
+and exit 1; ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from agentrl import __version__
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+#: Modules under ``agentrl.cli`` that each register one or more sub-commands, in ``--help`` order.
+COMMANDS: tuple[str, ...] = ("explain",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every registered sub-command."""
+    parser = argparse.ArgumentParser(
+        prog="agentrl",
+        description="Train tool-using deep-research agents with reinforcement learning.",
+    )
+    parser.add_argument("--version", action="version", version=f"agentrl {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"agentrl.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    from agentrl.errors import AgentRLError
+
+    try:
+        return int(args.handler(args) or 0)
+    except AgentRLError as e:
+        if args.debug:
+            raise
+        print(f"agentrl {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `agentrl explain ... | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

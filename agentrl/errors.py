@@ -1,0 +1,46 @@
+"""The one exception hierarchy of agentrl.
+
+Every error that a user can cause (bad files, bad config, bad CLI input) is an ``AgentRLError``;
+the CLI prints its message as one line and exits non-zero. Messages name the file, line or field
+and what was expected.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentRLError",
+    "ConfigError",
+    "JudgeError",
+    "RubricError",
+    "SchemaVersionError",
+    "ToolError",
+    "TrajectoryFormatError",
+]
+
+
+class AgentRLError(Exception):
+    """Base class of every error agentrl raises on purpose."""
+
+
+class ConfigError(AgentRLError):
+    """A config file, CLI argument or input file is malformed or inconsistent."""
+
+
+class TrajectoryFormatError(AgentRLError):
+    """A stored trajectory line cannot be read (not the torn last line, which is skipped)."""
+
+
+class SchemaVersionError(TrajectoryFormatError):
+    """A stored trajectory has a ``schema_version`` this agentrl does not know."""
+
+
+class RubricError(AgentRLError):
+    """A rubric YAML file is invalid; the message names file:line:column and the field."""
+
+
+class JudgeError(AgentRLError):
+    """The judge could not produce a verdict (after its bounded retries)."""
+
+
+class ToolError(AgentRLError):
+    """A tool backend failed in a way that is not the policy's fault (misconfiguration)."""

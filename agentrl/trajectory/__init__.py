@@ -1,0 +1,30 @@
+"""Trajectories: the pydantic data model and the append-only JSONL store (layer 0)."""
+
+from agentrl.trajectory.models import (
+    SCHEMA_VERSION,
+    VERDICTS,
+    CriterionScore,
+    FunctionCall,
+    Message,
+    RewardBreakdown,
+    ToolCall,
+    Trajectory,
+    Verdict,
+)
+from agentrl.trajectory.store import TornLineWarning, TrajectoryStore, read_trajectories, write_trajectories
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "VERDICTS",
+    "CriterionScore",
+    "FunctionCall",
+    "Message",
+    "RewardBreakdown",
+    "ToolCall",
+    "TornLineWarning",
+    "Trajectory",
+    "TrajectoryStore",
+    "Verdict",
+    "read_trajectories",
+    "write_trajectories",
+]

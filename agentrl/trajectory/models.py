@@ -1,0 +1,223 @@
+"""The trajectory data model: OpenAI-format chat messages, TITO data and the reward breakdown.
+
+A ``Trajectory`` is what every part of agentrl passes around and what the JSONL store holds, one
+per line. ``Trajectory.to_json()`` is canonical: parsing its output and dumping again gives the
+same bytes, so stored runs can be diffed, hashed and replayed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "VERDICTS",
+    "CriterionScore",
+    "FunctionCall",
+    "Message",
+    "RewardBreakdown",
+    "ToolCall",
+    "Trajectory",
+    "Verdict",
+]
+
+#: The version written into every new trajectory; readers refuse versions they do not know.
+SCHEMA_VERSION = 1
+
+Verdict = Literal["Fully Satisfied", "Partially Satisfied", "Not Satisfied"]
+VERDICTS: tuple[str, ...] = ("Fully Satisfied", "Partially Satisfied", "Not Satisfied")
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class FunctionCall(BaseModel):
+    """The function part of an OpenAI tool call; ``arguments`` is a JSON string, as in the API."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON; raises ``ValueError`` when they are not valid JSON."""
+        return json.loads(self.arguments) if self.arguments.strip() else {}
+
+
+class ToolCall(BaseModel):
+    """One OpenAI-format tool call on an assistant message."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """One chat message in OpenAI format, plus the token-in-token-out (TITO) data of sampled turns.
+
+    ``token_ids`` are exactly the ids the policy sampled for an assistant turn (its stop token
+    included when it sampled one) and ``logprobs`` their log-probabilities under the sampling
+    policy. Unknown OpenAI fields (``refusal``, ``annotations``, ...) are kept, not dropped.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Role
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+    @model_validator(mode="after")
+    def _check_tito(self) -> Message:
+        if self.role != "assistant" and (self.token_ids is not None or self.logprobs is not None):
+            raise ValueError(f"token_ids/logprobs belong on assistant messages only, not on role {self.role!r}")
+        if self.logprobs is not None and self.token_ids is None:
+            raise ValueError("logprobs given without token_ids")
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids or []):
+            raise ValueError(
+                f"logprobs has {len(self.logprobs)} entries but token_ids has {len(self.token_ids or [])}"
+            )
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError(f"tool_calls belong on assistant messages only, not on role {self.role!r}")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The message text: ``content`` as a string, text parts joined when it is a list of parts."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(p.get("text", "")) for p in self.content if p.get("type", "text") == "text")
+
+
+class CriterionScore(BaseModel):
+    """One rubric criterion as graded: the enumerated verdict, the mapped score and its provenance."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    verdict: Verdict | None = None
+    score: float
+    weight: float
+    kind: Literal["positive", "negative"] = "positive"
+    grader: str = "llm"
+    reasoning: str | None = None
+    judge_model: str | None = None
+    rubric_hash: str | None = None
+    prompt_hash: str | None = None
+
+
+class RewardBreakdown(BaseModel):
+    """The reward of a trajectory: the total and how it was reached.
+
+    ``status == "judge_error"`` means the judge failed after its retries: ``total`` is then null
+    and training must exclude the trajectory (it is never scored 0 or 1 silently).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    total: float | None
+    status: Literal["ok", "judge_error"] = "ok"
+    criteria: list[CriterionScore] = Field(default_factory=list)
+    rubric_id: str | None = None
+    rubric_hash: str | None = None
+    judge_model: str | None = None
+    mapping: str | None = None
+    aggregation: str | None = None
+    error: str | None = None
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @model_validator(mode="after")
+    def _check_status(self) -> RewardBreakdown:
+        if self.status == "ok" and self.total is None:
+            raise ValueError("a reward with status 'ok' needs a total")
+        if self.status == "judge_error" and self.total is not None:
+            raise ValueError("a reward with status 'judge_error' must have total null, never a made-up score")
+        return self
+
+
+class Trajectory(BaseModel):
+    """One episode: the task, the chat messages, the reward once judged, and env metadata in ``info``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    task_id: str
+    messages: list[Message]
+    reward: RewardBreakdown | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    # ---- canonical JSON -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict in canonical key order; optional message fields that are null are left out."""
+        return {
+            "id": self.id,
+            "task_id": self.task_id,
+            "messages": [m.model_dump(mode="python", exclude_none=True) for m in self.messages],
+            "reward": None if self.reward is None else self.reward.model_dump(mode="python"),
+            "info": self.info,
+            "schema_version": self.schema_version,
+        }
+
+    def to_json(self) -> str:
+        """One line of canonical JSON (no newline). Non-finite floats are written as in Python's json."""
+        d = self.to_dict()
+        try:
+            s = json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+            s.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: escape it, still valid JSON
+            s = json.dumps(d, ensure_ascii=True, separators=(",", ":"))
+        return s
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> Trajectory:
+        """Parse one stored line; raises ``SchemaVersionError`` for an unknown ``schema_version``."""
+        from agentrl.errors import SchemaVersionError
+
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise ValueError(f"a trajectory line must be a JSON object, got {type(data).__name__}")
+        version = data.get("schema_version", SCHEMA_VERSION)
+        if version != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"schema_version {version!r} is not supported (this agentrl reads version {SCHEMA_VERSION})"
+                + ("; upgrade agentrl" if isinstance(version, int) and version > SCHEMA_VERSION else "")
+            )
+        return cls.model_validate(data)
+
+    # ---- convenience views ------------------------------------------------------------------
+    def prompt(self) -> str:
+        """The first user message's text (the task as the agent saw it)."""
+        return next((m.text for m in self.messages if m.role == "user"), "")
+
+    def final_report(self) -> str:
+        """The final report: the ``report`` argument of the last ``answer`` tool call if there is one,
+        else the last assistant message's content."""
+        for m in reversed(self.messages):
+            if m.role != "assistant":
+                continue
+            for call in reversed(m.tool_calls or []):
+                if call.function.name == "answer":
+                    try:
+                        args = call.function.parsed_arguments()
+                    except ValueError:
+                        continue
+                    if isinstance(args, dict) and isinstance(args.get("report"), str):
+                        return args["report"]
+            return m.text
+        return ""

@@ -1,0 +1,183 @@
+"""The append-only JSONL trajectory store: one trajectory a line, flushed and fsynced per line.
+
+A crash can tear at most the line being written. Readers skip a torn last line with a warning;
+a writer that reopens the file cuts the torn tail off first, so the next record starts on a line
+of its own. A bad line anywhere else is an error that names the file and line.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+from pydantic import ValidationError
+
+from agentrl.errors import SchemaVersionError, TrajectoryFormatError
+from agentrl.trajectory.models import Trajectory
+
+__all__ = ["TornLineWarning", "TrajectoryStore", "read_trajectories", "write_trajectories"]
+
+
+class TornLineWarning(UserWarning):
+    """The last line of a JSONL file was cut short (a crash mid-write) and was skipped or removed."""
+
+
+def _parse(line: bytes, path: Path, lineno: int) -> Trajectory:
+    try:
+        return Trajectory.from_json(line)
+    except SchemaVersionError as e:
+        raise SchemaVersionError(f"{path}:{lineno}: {e}") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise TrajectoryFormatError(f"{path}:{lineno}: {loc}: {err['msg']}") from None
+    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise TrajectoryFormatError(f"{path}:{lineno}: not a valid trajectory line: {e}") from None
+
+
+def read_trajectories(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
+    """Yield the trajectories of a JSONL file in order.
+
+    A last line without its newline that does not parse is a torn write: it is skipped with a
+    ``TornLineWarning``. Any other bad line raises ``TrajectoryFormatError`` naming ``path:line``.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the file ends with a newline
+    for lineno, line in enumerate(lines, start=1):
+        if line.strip():
+            yield _parse(line, path, lineno)
+    if torn.strip():
+        try:
+            traj = _parse(torn, path, len(lines) + 1)
+        except SchemaVersionError:
+            raise
+        except TrajectoryFormatError:
+            warnings.warn(
+                f"{path}:{len(lines) + 1}: skipped a torn last line ({len(torn)} bytes, no newline)",
+                TornLineWarning,
+                stacklevel=2,
+            )
+            return
+        yield traj
+
+
+def write_trajectories(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> int:
+    """Write ``trajectories`` to ``path`` atomically (temporary file, fsync, rename). Returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    n = 0
+    with open(tmp, "wb") as f:
+        for t in trajectories:
+            f.write(t.to_json().encode("utf-8") + b"\n")
+            n += 1
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return n
+
+
+class TrajectoryStore:
+    """An append-only JSONL file of trajectories, safe to append to from several threads.
+
+    >>> with TrajectoryStore("runs/demo/trajectories.jsonl") as store:   # doctest: +SKIP
+    ...     store.append(traj)
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._file = None
+
+    # The file is opened lazily so that constructing a store for reading creates nothing.
+    def _open(self):
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._repair_tail()
+            self._file = open(self.path, "ab")
+        return self._file
+
+    def _repair_tail(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            # Find the start of the unterminated last line.
+            block = 1 << 16
+            pos = size
+            start = 0
+            while pos > 0:
+                read_from = max(0, pos - block)
+                f.seek(read_from)
+                chunk = f.read(pos - read_from)
+                i = chunk.rfind(b"\n")
+                if i >= 0:
+                    start = read_from + i + 1
+                    break
+                pos = read_from
+            f.seek(start)
+            tail = f.read()
+            try:
+                Trajectory.from_json(tail)
+            except Exception:
+                warnings.warn(
+                    f"{self.path}: removed a torn last line ({len(tail)} bytes) before appending",
+                    TornLineWarning,
+                    stacklevel=3,
+                )
+                f.truncate(start)
+            else:  # a complete record that only lost its newline
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append(self, trajectory: Trajectory) -> None:
+        """Append one trajectory as one line, then flush and (by default) fsync."""
+        line = trajectory.to_json().encode("utf-8") + b"\n"
+        with self._lock:
+            f = self._open()
+            f.write(line)
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+
+    def extend(self, trajectories: Iterable[Trajectory]) -> None:
+        """Append several trajectories, each flushed and fsynced as it is written."""
+        for t in trajectories:
+            self.append(t)
+
+    def __iter__(self) -> Iterator[Trajectory]:
+        if not self.path.exists():
+            return iter(())
+        return read_trajectories(self.path)
+
+    def read(self) -> list[Trajectory]:
+        """All trajectories in the file (an empty list when it does not exist yet)."""
+        return list(self)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> TrajectoryStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
