@@ -79,7 +79,9 @@ class Message(BaseModel):
     @model_validator(mode="after")
     def _check_tito(self) -> Message:
         if self.role != "assistant" and (self.token_ids is not None or self.logprobs is not None):
-            raise ValueError(f"token_ids/logprobs belong on assistant messages only, not on role {self.role!r}")
+            raise ValueError(
+                f"token_ids/logprobs belong on assistant messages only, not on role {self.role!r}"
+            )
         if self.logprobs is not None and self.token_ids is None:
             raise ValueError("logprobs given without token_ids")
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids or []):

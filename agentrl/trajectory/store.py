@@ -101,7 +101,7 @@ class TrajectoryStore:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._repair_tail()
-            self._file = open(self.path, "ab")
+            self._file = open(self.path, "ab")  # noqa: SIM115 - kept open across appends, closed in close()
         return self._file
 
     def _repair_tail(self) -> None:

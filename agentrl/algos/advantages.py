@@ -1,0 +1,218 @@
+"""Advantage estimators over token sequences: GAE (PPO), GRPO, RLOO and REINFORCE++.
+
+Every estimator works on policy tokens only (``response_mask == 1``). Masked positions (tool
+observations, template tokens, padding) are *skipped*, not treated as episode ends: the last
+policy token before an observation bootstraps from the first policy token after it, which is what
+verl's GAE does since PR #2337. Outputs are 0 on masked positions.
+
+The time recursions are vectorised: policy tokens are compacted to the front of each row, the
+constant-factor scan y_k = x_k + c·y_{k+1} is computed as a two-level blocked matrix product in
+float64, and the result is scattered back. No Python loop over time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from agentrl.algos.stats import masked_whiten
+
+__all__ = [
+    "discounted_reverse_cumsum",
+    "gae",
+    "grpo_advantages",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+    "td_residuals",
+]
+
+_CHUNK = 64
+
+
+def _scan_dtype(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+
+
+def discounted_reverse_cumsum(x: torch.Tensor, c: float) -> torch.Tensor:
+    """y[:, k] = Σ_{j ≥ k} c^(j−k) · x[:, j], i.e. y_k = x_k + c·y_{k+1} with y_N = 0.
+
+    x: [B, N] → [B, N], computed in float64 (float32 on MPS) and cast back. Two levels of
+    blocked matrix products: within chunks of 64 steps, then across chunks with factor c^64,
+    so no power of c is ever inverted and long sequences do not overflow.
+    """
+    B, N = x.shape
+    if N == 0:
+        return x.clone()
+    dt = _scan_dtype(x.device)
+    C = min(_CHUNK, N)
+    K = -(-N // C)
+    xs = torch.zeros(B, K * C, dtype=dt, device=x.device)
+    xs[:, :N] = x.to(dt)
+    xs = xs.view(B, K, C)
+    c = float(c)
+
+    def upper_powers(n: int, base: float) -> torch.Tensor:
+        ar = torch.arange(n, device=x.device)
+        diff = (ar[None, :] - ar[:, None]).to(dt)  # [i, j] = j − i
+        return torch.where(diff >= 0, torch.tensor(base, dtype=dt, device=x.device) ** diff.clamp_min(0), 0.0)
+
+    U = upper_powers(C, c)  # U[i, j] = c^(j−i) for j ≥ i
+    intra = xs @ U.T  # [B, K, C]: the sum restricted to each chunk
+    W = upper_powers(K, c**C)  # W[k, m] = c^(C·(m−k)) for m ≥ k
+    H = intra[:, :, 0] @ W.T  # [B, K]: y at the first step of every chunk
+    carry = torch.cat([H[:, 1:], H.new_zeros(B, 1)], dim=1)  # y at the first step of the next chunk
+    tail = torch.tensor(c, dtype=dt, device=x.device) ** (C - torch.arange(C, device=x.device)).to(dt)
+    y = intra + tail[None, None, :] * carry[:, :, None]
+    return y.reshape(B, K * C)[:, :N].to(x.dtype)
+
+
+def _compact_positions(mask: torch.Tensor) -> torch.Tensor:
+    """For each position, its index among the row's policy tokens; masked positions get T (a spare slot)."""
+    T = mask.shape[-1]
+    pos = mask.long().cumsum(-1) - 1
+    return torch.where(mask, pos, torch.full_like(pos, T))
+
+
+def _compact(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Move the policy tokens of each row to its front, in order; zeros after them. [B, T] → [B, T]."""
+    B, T = x.shape
+    out = torch.zeros(B, T + 1, dtype=x.dtype, device=x.device)
+    out.scatter_(1, pos, x)
+    return out[:, :T]
+
+
+def _expand(y: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``_compact``: put compacted values back at their positions, 0 on masked ones."""
+    T = y.shape[-1]
+    back = y.gather(1, pos.clamp(max=max(T - 1, 0)))
+    return torch.where(mask, back, torch.zeros((), dtype=y.dtype, device=y.device))
+
+
+def _check_2d(**tensors: torch.Tensor) -> None:
+    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    first = next(iter(shapes.values()))
+    if len(first) != 2 or any(s != first for s in shapes.values()):
+        raise ValueError(f"expected [B, T] tensors of one shape, got {shapes}")
+
+
+def td_residuals(
+    token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """δ_t = r_t + γ·V(next policy token) − V_t on policy tokens (V after the last one is 0); 0 elsewhere.
+
+    token_level_rewards, values, response_mask: [B, T] → [B, T].
+    """
+    _check_2d(token_level_rewards=token_level_rewards, values=values, response_mask=response_mask)
+    mask = response_mask.bool()
+    pos = _compact_positions(mask)
+    r = _compact(token_level_rewards.to(torch.float64), pos)
+    v = _compact(values.to(torch.float64), pos)
+    v_next = torch.cat([v[:, 1:], v.new_zeros(v.shape[0], 1)], dim=1)
+    return _expand(r + gamma * v_next - v, pos, mask).to(values.dtype)
+
+
+def gae(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over policy tokens; returns ``(advantages, returns)``, not whitened.
+
+    δ_t = r_t + γ·V_{t'} − V_t and A_t = δ_t + γλ·A_{t'}, where t' is the next policy token after t
+    (masked positions are skipped; after the last policy token V = A = 0). ``returns = advantages +
+    values``. Rewards and values on masked positions are never read; both outputs are 0 there.
+
+    token_level_rewards, values, response_mask: [B, T] → ([B, T], [B, T]) in ``values.dtype``.
+    """
+    _check_2d(token_level_rewards=token_level_rewards, values=values, response_mask=response_mask)
+    with torch.no_grad():
+        mask = response_mask.bool()
+        pos = _compact_positions(mask)
+        dt = _scan_dtype(values.device)
+        r = _compact(token_level_rewards.to(dt), pos)
+        v = _compact(values.to(dt), pos)
+        v_next = torch.cat([v[:, 1:], v.new_zeros(v.shape[0], 1)], dim=1)
+        adv = _expand(discounted_reverse_cumsum(r + gamma * v_next - v, gamma * lam), pos, mask)
+        ret = _expand(_compact(adv, pos) + v, pos, mask)
+    return adv.to(values.dtype), ret.to(values.dtype)
+
+
+def _group_index(group_ids: torch.Tensor | Sequence[Hashable], device: torch.device) -> torch.Tensor:
+    """Map arbitrary group ids (a tensor, or a list of strings/ints) to 0..G−1, shape [B]."""
+    if isinstance(group_ids, torch.Tensor):
+        return torch.unique(group_ids, return_inverse=True)[1].to(device)
+    seen: dict[Hashable, int] = {}
+    return torch.tensor([seen.setdefault(g, len(seen)) for g in group_ids], dtype=torch.long, device=device)
+
+
+def _group_stats(scores: torch.Tensor, inv: torch.Tensor):
+    """Per-trajectory group size, mean, unbiased std and a 'all scores equal' flag, each [B]."""
+    G = int(inv.max().item()) + 1 if inv.numel() else 0
+    s = scores.to(torch.float64)
+    n = torch.zeros(G, dtype=torch.float64, device=s.device).index_add_(0, inv, torch.ones_like(s))
+    mean = torch.zeros_like(n).index_add_(0, inv, s) / n
+    dev = s - mean[inv]
+    var = torch.zeros_like(n).index_add_(0, inv, dev**2) / (n - 1).clamp_min(1)
+    hi = torch.full_like(n, -torch.inf).scatter_reduce_(0, inv, s, "amax")
+    lo = torch.full_like(n, torch.inf).scatter_reduce_(0, inv, s, "amin")
+    return n[inv], mean[inv], var.sqrt()[inv], (hi == lo)[inv], dev
+
+
+def grpo_advantages(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor | Sequence[Hashable],
+    response_mask: torch.Tensor,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GRPO: each trajectory's score normalised within its group, broadcast over its policy tokens.
+
+    A_i = (s_i − mean_g) / (std_g + eps) with the unbiased std of the group; ``norm_by_std=False``
+    gives Dr. GRPO's A_i = s_i − mean_g. A singleton group or a group whose scores are all equal
+    gets exactly 0 (never NaN).
+
+    scores: [B]; group_ids: [B] (tensor or list of hashables, e.g. task ids); response_mask: [B, T]
+    → advantages [B, T], 0 on masked positions.
+    """
+    inv = _group_index(group_ids, scores.device)
+    n, _, std, tied, dev = _group_stats(scores, inv)
+    adv = dev / (std + eps) if norm_by_std else dev
+    adv = torch.where((n > 1) & ~tied, adv, torch.zeros_like(adv))
+    return adv.to(scores.dtype)[:, None] * response_mask.to(scores.dtype)
+
+
+def rloo_advantages(
+    scores: torch.Tensor, group_ids: torch.Tensor | Sequence[Hashable], response_mask: torch.Tensor
+) -> torch.Tensor:
+    """RLOO: A_i = s_i − mean of the *other* scores in its group, broadcast over policy tokens.
+
+    Equals n/(n−1)·(s_i − mean_g). Singleton and all-equal groups get 0.
+    scores: [B]; group_ids: [B]; response_mask: [B, T] → [B, T].
+    """
+    inv = _group_index(group_ids, scores.device)
+    n, _, _, tied, dev = _group_stats(scores, inv)
+    adv = dev * n / (n - 1).clamp_min(1)
+    adv = torch.where((n > 1) & ~tied, adv, torch.zeros_like(adv))
+    return adv.to(scores.dtype)[:, None] * response_mask.to(scores.dtype)
+
+
+def reinforce_pp_advantages(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
+    """REINFORCE++: the discounted reward-to-go over policy tokens, whitened over the batch.
+
+    G_t = r_t + γ·G_{t'} with t' the next policy token: observation tokens are skipped rather than
+    ending the return (verl resets at them, which cuts a multi-turn reward off from earlier turns).
+    token_level_rewards, response_mask: [B, T] → [B, T], 0 on masked positions.
+    """
+    _check_2d(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    with torch.no_grad():
+        mask = response_mask.bool()
+        pos = _compact_positions(mask)
+        r = _compact(token_level_rewards.to(_scan_dtype(mask.device)), pos)
+        returns = _expand(discounted_reverse_cumsum(r, gamma), pos, mask)
+        adv = masked_whiten(returns, mask) * mask
+    return adv.to(token_level_rewards.dtype)
