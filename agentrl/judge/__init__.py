@@ -1,0 +1,45 @@
+"""The rubric judge: rubric YAML, deterministic graders, the LLM judge (litellm), mapping and aggregation.
+
+Layer 1: imports only ``agentrl.trajectory`` and ``agentrl.errors``. litellm is imported on the
+first LLM call, never here, so importing this package is cheap.
+
+>>> from agentrl.judge import load_rubric, score_deterministic
+>>> rubric = load_rubric("rubrics/alphabet-2025-q1-cloud-offline.yaml")  # doctest: +SKIP
+>>> score_deterministic(rubric, report).total  # doctest: +SKIP
+2.5
+"""
+
+from agentrl.judge.cache import VerdictCache
+from agentrl.judge.config import JudgeConfig
+from agentrl.judge.graders import find_numbers, grade_criterion, score_deterministic
+from agentrl.judge.llm import Judge, resolve_rubric, score_trajectories
+from agentrl.judge.parse import ParsedReply, normalize_verdict, parse_reply
+from agentrl.judge.prompt import build_messages, prompt_hash
+from agentrl.judge.rubric import Criterion, Rubric, load_rubric, parse_rubric
+from agentrl.judge.score import aggregate, breakdown, map_verdict
+from agentrl.judge.summary import JudgeSummary, summarize
+
+__all__ = [
+    "Criterion",
+    "Judge",
+    "JudgeConfig",
+    "JudgeSummary",
+    "ParsedReply",
+    "Rubric",
+    "VerdictCache",
+    "aggregate",
+    "breakdown",
+    "build_messages",
+    "find_numbers",
+    "grade_criterion",
+    "load_rubric",
+    "map_verdict",
+    "normalize_verdict",
+    "parse_reply",
+    "parse_rubric",
+    "prompt_hash",
+    "resolve_rubric",
+    "score_deterministic",
+    "score_trajectories",
+    "summarize",
+]

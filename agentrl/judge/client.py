@@ -1,0 +1,168 @@
+"""One judge call through ``litellm.acompletion``: bounded concurrency, timeout, retries, accounting.
+
+litellm is imported on first use only (it takes seconds to import and fetches a price map unless
+``LITELLM_LOCAL_MODEL_COST_MAP`` is set, which we do). litellm's and the OpenAI SDK's own
+retries are switched off so that this module alone decides: 429, 5xx, timeouts and connection
+errors are retried with exponential backoff and jitter, honouring a server's ``Retry-After``;
+other errors (bad request, authentication, unknown model) fail at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from agentrl.judge.config import JudgeConfig
+
+__all__ = ["CallFailed", "CallResult", "complete", "load_litellm"]
+
+_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+
+
+@dataclass
+class CallResult:
+    """The reply text of one successful call and what it cost."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    attempts: int = 1
+
+
+class CallFailed(Exception):
+    """A call failed for good (after its retries, or at once for a non-retryable error)."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+def load_litellm() -> Any:
+    """Import litellm quietly: local price map, no telemetry, no debug banners, warnings only."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_LOG", "ERROR")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    litellm.turn_off_message_logging = True
+    litellm.set_verbose = False
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return litellm
+
+
+def _status(e: BaseException) -> int | None:
+    code = getattr(e, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
+def _retry_after(e: BaseException) -> float | None:
+    """Seconds the server asked us to wait (``Retry-After``: seconds or an HTTP date), if any."""
+    for headers in (
+        getattr(e, "litellm_response_headers", None),
+        getattr(getattr(e, "response", None), "headers", None),
+    ):
+        if not headers:
+            continue
+        try:
+            value = headers.get("retry-after") or headers.get("Retry-After")
+        except Exception:
+            continue
+        if not value:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+                return max(0.0, when.timestamp() - time.time())
+            except (TypeError, ValueError):
+                continue
+    return None
+
+
+def _retryable(e: BaseException) -> bool:
+    if isinstance(e, asyncio.TimeoutError | TimeoutError | ConnectionError):
+        return True
+    status = _status(e)
+    if status is not None:
+        return status in _RETRY_STATUS or status >= 500
+    name = type(e).__name__
+    return name in {"Timeout", "APIConnectionError", "APITimeoutError", "ServiceUnavailableError"}
+
+
+def _usage(resp: Any, litellm: Any) -> tuple[int, int, float]:
+    usage = getattr(resp, "usage", None)
+    pt = int(getattr(usage, "prompt_tokens", 0) or 0)
+    ct = int(getattr(usage, "completion_tokens", 0) or 0)
+    cost = (getattr(resp, "_hidden_params", None) or {}).get("response_cost")
+    if cost is None:
+        try:
+            cost = litellm.completion_cost(completion_response=resp)
+        except Exception:  # unknown model (a local server): no price
+            cost = 0.0
+    return pt, ct, float(cost or 0.0)
+
+
+async def complete(
+    config: JudgeConfig, messages: list[dict[str, str]], semaphore: asyncio.Semaphore
+) -> CallResult:
+    """One chat completion with retries. Raises ``CallFailed`` when it cannot get a reply.
+
+    The semaphore bounds the calls in flight; it is not held while backing off.
+    """
+    litellm = load_litellm()
+    kwargs: dict[str, Any] = {
+        "model": config.litellm_model(),
+        "messages": messages,
+        "temperature": config.temperature,
+        "timeout": config.timeout_s,
+        "max_retries": 0,
+        "num_retries": 0,
+        "drop_params": True,
+    }
+    if config.api_base:
+        kwargs["api_base"] = config.api_base
+        kwargs["api_key"] = config.api_key or os.environ.get("OPENAI_API_KEY") or "sk-local"
+    elif config.api_key:
+        kwargs["api_key"] = config.api_key
+    if config.max_tokens:
+        kwargs["max_tokens"] = config.max_tokens
+    if config.response_format:
+        kwargs["response_format"] = {"type": "json_object"}
+    kwargs.update(config.extra_kwargs)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            async with semaphore:
+                resp = await asyncio.wait_for(litellm.acompletion(**kwargs), timeout=config.timeout_s + 5)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            detail = f"{type(e).__name__}" + (f" {_status(e)}" if _status(e) else "") + f": {str(e)[:200]}"
+            if not _retryable(e) or attempt > config.max_retries:
+                raise CallFailed(f"judge call failed after {attempt} attempt(s): {detail}", attempt) from e
+            delay = min(config.backoff_max_s, config.backoff_base_s * 2 ** (attempt - 1))
+            delay *= random.uniform(0.5, 1.0)
+            after = _retry_after(e)
+            if after is not None:
+                delay = max(delay, min(after, config.backoff_max_s))
+            await asyncio.sleep(delay)
+            continue
+        pt, ct, cost = _usage(resp, litellm)
+        try:
+            text = resp.choices[0].message.content
+        except (AttributeError, IndexError):
+            text = None
+        return CallResult(
+            text=text or "", prompt_tokens=pt, completion_tokens=ct, cost_usd=cost, attempts=attempt
+        )

@@ -1,0 +1,65 @@
+"""``JudgeConfig``: which model judges, how hard it is pushed, and what it is shown."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["JudgeConfig"]
+
+
+class JudgeConfig(BaseModel):
+    """Settings of the LLM judge. Deterministic criteria ignore all of them.
+
+    ``model`` is any litellm model string (``openai/gpt-4.1-mini``, ``anthropic/...``); with
+    ``api_base`` set, a bare name (``qwen3-8b``) is sent to that OpenAI-compatible server
+    (vLLM, llama.cpp, Ollama). ``model=None`` is fine for rubrics with only deterministic criteria.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    """litellm model string; None when every criterion is deterministic."""
+    api_base: str | None = None
+    """Base URL of an OpenAI-compatible server, e.g. ``http://127.0.0.1:8000/v1``."""
+    api_key: str | None = None
+    """API key; defaults to the provider's environment variable (a placeholder for local servers)."""
+    concurrency: int = Field(default=16, ge=1)
+    """Judge calls in flight at once, across all trajectories."""
+    timeout_s: float = Field(default=120.0, gt=0)
+    """Per-call timeout in seconds."""
+    max_retries: int = Field(default=4, ge=0)
+    """Retries of one call on 429, 5xx, timeouts and connection errors (exponential backoff + jitter)."""
+    max_parse_retries: int = Field(default=2, ge=0)
+    """Extra calls when a reply misses criteria, has unknown verdicts or is not JSON."""
+    backoff_base_s: float = Field(default=1.0, ge=0)
+    """First backoff delay; doubled each retry, times a random factor in [0.5, 1]."""
+    backoff_max_s: float = Field(default=60.0, ge=0)
+    """Upper bound of one backoff delay, and of a server's ``Retry-After``."""
+    criteria_per_call: int = Field(default=0, ge=0)
+    """LLM criteria per call: 0 = all criteria of a trajectory in one call, 1 = one call each."""
+    samples: int = Field(default=1, ge=1)
+    """Calls per criterion; the verdict is the majority (ties: the median verdict)."""
+    temperature: float = 0.0
+    """Sampling temperature (0: the judge should be as repeatable as the provider allows)."""
+    max_tokens: int | None = None
+    """Cap on the reply length (reasoning models need room)."""
+    response_format: bool = True
+    """Ask for a JSON object through ``response_format`` where the provider supports it."""
+    include_sources: bool = True
+    """Show the judge the tool observations the agent read (see ``source_tools``)."""
+    source_tools: tuple[str, ...] | None = ("open_url",)
+    """Tool names whose observations count as sources; None = every tool message."""
+    max_source_chars: int = Field(default=6000, ge=0)
+    """Characters kept of each source."""
+    cache_path: str | None = None
+    """sqlite file of cached verdicts; None disables the cache."""
+    extra_kwargs: dict[str, object] = Field(default_factory=dict)
+    """Passed through to ``litellm.acompletion`` (``extra_body``, ``seed``, ...)."""
+
+    def litellm_model(self) -> str:
+        """The model string given to litellm (``openai/`` prefixed for a bare name with ``api_base``)."""
+        if self.model is None:
+            raise ValueError("no judge model configured")
+        if self.api_base and "/" not in self.model:
+            return f"openai/{self.model}"
+        return self.model

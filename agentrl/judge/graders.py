@@ -1,0 +1,98 @@
+"""Deterministic graders: regex, contains, not_contains and number. No LLM call, no network.
+
+Each grader answers one question about the report ("does it match?") with an enumerated verdict:
+``Fully Satisfied`` when the criterion's condition holds, ``Not Satisfied`` otherwise. For a
+negative criterion the condition describes the flaw, so ``Fully Satisfied`` means the flaw is
+present; the mapping in ``agentrl.judge.score`` turns that into the (negative) contribution.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agentrl.errors import JudgeError
+from agentrl.judge.rubric import (
+    UNIT_WORDS,
+    ContainsGrader,
+    Criterion,
+    NotContainsGrader,
+    NumberGrader,
+    RegexGrader,
+    Rubric,
+)
+from agentrl.judge.score import breakdown, map_verdict
+from agentrl.trajectory import CriterionScore, RewardBreakdown
+
+__all__ = ["find_numbers", "grade_criterion", "score_deterministic"]
+
+# A number (with optional thousands separators and decimals) followed by an optional scale word.
+# The scale word must end at a word boundary so that "12.3 bits" is not read as 12.3 billion.
+_NUMBER = re.compile(
+    r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+    r"(?:\s*(?P<unit>thousand|million|billion|trillion|mln|bln|mn|mm|bn|tn|k|m|b|t)(?![A-Za-z]))?",
+    re.IGNORECASE,
+)
+
+
+def find_numbers(text: str) -> list[float]:
+    """Every number in ``text``, scaled by its unit word: ``"$12.3 billion"`` → ``12.3e9``."""
+    out: list[float] = []
+    for m in _NUMBER.finditer(text):
+        unit = (m.group("unit") or "").lower()
+        digits = m.group(0)[: m.start("unit") - m.start()] if m.group("unit") else m.group(0)
+        try:
+            value = float(digits.replace(",", "").strip())
+        except ValueError:
+            continue
+        out.append(value * UNIT_WORDS[unit])
+    return out
+
+
+def _contains(g: ContainsGrader, report: str) -> bool:
+    items = [g.text] if isinstance(g.text, str) else list(g.text)
+    hay = report if g.case_sensitive else report.casefold()
+    found = [(s if g.case_sensitive else s.casefold()) in hay for s in items]
+    return all(found) if g.match == "all" else any(found)
+
+
+def _holds(criterion: Criterion, report: str) -> bool:
+    g = criterion.grader
+    if isinstance(g, RegexGrader):
+        return re.search(g.pattern, report, re.IGNORECASE if g.ignore_case else 0) is not None
+    if isinstance(g, NotContainsGrader):  # before ContainsGrader: it is a subclass
+        items = [g.text] if isinstance(g.text, str) else list(g.text)
+        hay = report if g.case_sensitive else report.casefold()
+        return not any((s if g.case_sensitive else s.casefold()) in hay for s in items)
+    if isinstance(g, ContainsGrader):
+        return _contains(g, report)
+    if isinstance(g, NumberGrader):
+        target = g.value * UNIT_WORDS[g.unit]
+        tol = max(g.abs_tolerance * UNIT_WORDS[g.unit], g.tolerance * abs(target))
+        return any(abs(x - target) <= tol for x in find_numbers(report))
+    raise JudgeError(f"criterion {criterion.id!r} needs the LLM judge (grader {g.type!r})")
+
+
+def grade_criterion(criterion: Criterion, report: str, mapping: str) -> CriterionScore:
+    """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``."""
+    verdict = "Fully Satisfied" if _holds(criterion, report) else "Not Satisfied"
+    return CriterionScore(
+        id=criterion.id,
+        verdict=verdict,
+        score=map_verdict(verdict, criterion.kind, mapping),
+        weight=criterion.weight,
+        kind=criterion.kind,
+        grader=criterion.grader.type,
+    )
+
+
+def score_deterministic(rubric: Rubric, report: str, *, prompt: str = "") -> RewardBreakdown:
+    """Score a report against a rubric whose criteria are all deterministic (synchronous, no I/O).
+
+    ``prompt`` is accepted for symmetry with the LLM judge and unused by the graders. Raises
+    ``JudgeError`` when a criterion needs the LLM judge.
+    """
+    del prompt
+    llm = [c.id for c in rubric.criteria if c.is_llm]
+    if llm:
+        raise JudgeError(f"rubric {rubric.id!r} needs the LLM judge for criteria {', '.join(llm)}")
+    return breakdown(rubric, [grade_criterion(c, report, rubric.mapping) for c in rubric.criteria])

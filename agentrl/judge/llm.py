@@ -1,0 +1,277 @@
+"""The LLM judge: grades a trajectory's final report against a rubric through litellm.
+
+``Judge.score`` grades deterministic criteria locally and sends the LLM criteria, all in one
+call by default (``criteria_per_call`` splits them), with the task, the opened sources and the
+report as delimited data. A reply that misses criteria or has an unknown verdict is asked again
+for the criteria still missing; when the retries run out the trajectory is ``judge_error`` with
+a null total. Verdicts are cached in sqlite, so re-scoring the same run makes no calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import ConfigError, JudgeError
+from agentrl.judge.cache import VerdictCache, cache_key
+from agentrl.judge.client import CallFailed, complete
+from agentrl.judge.config import JudgeConfig
+from agentrl.judge.graders import grade_criterion
+from agentrl.judge.parse import parse_reply
+from agentrl.judge.prompt import JudgeInput, build_messages, judge_input, prompt_hash
+from agentrl.judge.rubric import Criterion, Rubric, load_rubric, parse_rubric
+from agentrl.judge.score import breakdown, map_verdict
+from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, Trajectory
+
+__all__ = ["Judge", "resolve_rubric", "score_trajectories"]
+
+_ORDINAL = {"Not Satisfied": 0, "Partially Satisfied": 1, "Fully Satisfied": 2}
+
+
+@dataclass
+class _Stats:
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+
+def majority(votes: Sequence[str]) -> str:
+    """The most common verdict; on a tie, the lower median of all votes (in verdict order)."""
+    counts = Counter(votes).most_common()
+    if len(counts) == 1 or counts[0][1] > counts[1][1]:
+        return counts[0][0]
+    ordered = sorted(votes, key=_ORDINAL.__getitem__)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+class Judge:
+    """Scores trajectories against rubrics. One instance can serve many calls of ``score``/``score_many``.
+
+    >>> judge = Judge(JudgeConfig(model="qwen3-8b", api_base="http://127.0.0.1:8000/v1"))  # doctest: +SKIP
+    >>> reward = await judge.score(trajectory, load_rubric("rubrics/deep-research-report.yaml"))  # doctest: +SKIP
+    """
+
+    def __init__(self, config: JudgeConfig | None = None) -> None:
+        self.config = config or JudgeConfig()
+        self._cache = VerdictCache(self.config.cache_path) if self.config.cache_path else None
+        self._semaphores: dict[int, asyncio.Semaphore] = {}
+        self._lock = threading.Lock()
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        # A semaphore belongs to one event loop; callers may use several (asyncio.run per batch).
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            sem = self._semaphores.get(id(loop))
+            if sem is None:
+                self._semaphores = {id(loop): asyncio.Semaphore(self.config.concurrency)}
+                sem = self._semaphores[id(loop)]
+        return sem
+
+    def close(self) -> None:
+        """Close the verdict cache."""
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+
+    # ---- one call, asked again for what is missing -------------------------------------------
+    async def _ask(
+        self, inp: JudgeInput, criteria: list[Criterion], stats: _Stats
+    ) -> tuple[dict[str, tuple[str, str]], str | None]:
+        got: dict[str, tuple[str, str]] = {}
+        remaining = list(criteria)
+        problem = ""
+        for _ in range(1 + self.config.max_parse_retries):
+            messages, _tag = build_messages(inp, remaining)
+            try:
+                res = await complete(self.config, messages, self._semaphore())
+            except CallFailed as e:
+                stats.calls += e.attempts
+                return got, str(e)
+            stats.calls += res.attempts
+            stats.prompt_tokens += res.prompt_tokens
+            stats.completion_tokens += res.completion_tokens
+            stats.cost_usd += res.cost_usd
+            parsed = parse_reply(res.text, [c.id for c in remaining])
+            got.update(parsed.verdicts)
+            remaining = [c for c in remaining if c.id not in got]
+            if not remaining:
+                return got, None
+            problem = "; ".join(parsed.problems)
+        return got, f"judge reply unusable after {1 + self.config.max_parse_retries} tries: {problem}"
+
+    async def _grade_chunk(
+        self, inp: JudgeInput, criteria: list[Criterion], stats: _Stats
+    ) -> tuple[dict[str, tuple[str, str]], str | None]:
+        n = self.config.samples
+        if n == 1:
+            return await self._ask(inp, criteria, stats)
+        runs = await asyncio.gather(*(self._ask(inp, criteria, stats) for _ in range(n)))
+        errors = [err for _, err in runs if err]
+        out: dict[str, tuple[str, str]] = {}
+        for c in criteria:
+            votes = [got[c.id] for got, _ in runs if c.id in got]
+            if len(votes) == n:
+                verdict = majority([v for v, _ in votes])
+                out[c.id] = (verdict, next(r for v, r in votes if v == verdict))
+        return out, (errors[0] if errors and len(out) < len(criteria) else None)
+
+    # ---- public API -----------------------------------------------------------------------------
+    async def score(self, trajectory: Trajectory, rubric: Rubric) -> RewardBreakdown:
+        """Grade one trajectory's final report; never raises for judge failures (``judge_error`` instead).
+
+        Raises ``JudgeError`` only when the rubric has LLM criteria and no judge ``model`` is set.
+        """
+        cfg = self.config
+        inp = judge_input(
+            trajectory,
+            include_sources=cfg.include_sources,
+            source_tools=cfg.source_tools,
+            max_source_chars=cfg.max_source_chars,
+        )
+        graded = [grade_criterion(c, inp.report, rubric.mapping) for c in rubric.criteria if not c.is_llm]
+        llm = [c for c in rubric.criteria if c.is_llm]
+        if not llm:
+            return breakdown(rubric, graded)
+        if cfg.model is None:
+            raise JudgeError(f"rubric {rubric.id!r} has LLM criteria; set a judge model (--model)")
+        stats, phash = _Stats(), prompt_hash()
+
+        def key(c: Criterion) -> str:
+            return cache_key(cfg.model or "", rubric.content_hash, phash, inp.hash, c.id, cfg.samples)
+
+        def record(c: Criterion, verdict: str, reasoning: str) -> None:
+            graded.append(
+                CriterionScore(
+                    id=c.id,
+                    verdict=verdict,
+                    score=map_verdict(verdict, c.kind, rubric.mapping),
+                    weight=c.weight,
+                    kind=c.kind,
+                    grader="llm",
+                    reasoning=reasoning,
+                    judge_model=cfg.model,
+                    rubric_hash=rubric.content_hash,
+                    prompt_hash=phash,
+                )
+            )
+
+        todo: list[Criterion] = []
+        for c in llm:
+            hit = self._cache.get(key(c)) if self._cache is not None else None
+            if hit is not None and hit[0] in VERDICTS:
+                stats.cache_hits += 1
+                record(c, *hit)
+            else:
+                todo.append(c)
+        size = cfg.criteria_per_call or len(todo) or 1
+        chunks = [todo[i : i + size] for i in range(0, len(todo), size)]
+        results = await asyncio.gather(*(self._grade_chunk(inp, chunk, stats) for chunk in chunks))
+        errors: list[str] = []
+        for chunk, (got, err) in zip(chunks, results, strict=True):
+            for c in chunk:
+                if c.id in got:
+                    record(c, *got[c.id])
+                    if self._cache is not None:
+                        self._cache.put(key(c), *got[c.id])
+            if err:
+                errors.append(err)
+        return breakdown(
+            rubric,
+            graded,
+            judge_model=cfg.model,
+            error="; ".join(errors) or None,
+            calls=stats.calls,
+            cache_hits=stats.cache_hits,
+            prompt_tokens=stats.prompt_tokens,
+            completion_tokens=stats.completion_tokens,
+            cost_usd=stats.cost_usd,
+        )
+
+    async def score_many(self, items: Sequence[tuple[Trajectory, Rubric]]) -> list[RewardBreakdown]:
+        """Grade many (trajectory, rubric) pairs concurrently (``config.concurrency`` calls in flight)."""
+        if self.config.model is None:
+            for _, rubric in items:
+                if not rubric.is_deterministic:
+                    raise JudgeError(f"rubric {rubric.id!r} has LLM criteria; set a judge model (--model)")
+        return list(await asyncio.gather(*(self.score(t, r) for t, r in items)))
+
+
+def resolve_rubric(trajectory: Trajectory, override: Rubric | None, *, base_dir: str | Path = ".") -> Rubric:
+    """The rubric for a trajectory: ``override`` if given, else ``info["rubric"]`` (a path or an inline
+    mapping; ``info["task"]["rubric"]`` also works). A bare id names ``rubrics/<id>.yaml``."""
+    if override is not None:
+        return override
+    info = trajectory.info or {}
+    spec: Any = info.get("rubric")
+    if spec is None and isinstance(info.get("task"), dict):
+        spec = info["task"].get("rubric")
+    if spec is None:
+        raise ConfigError(f"trajectory {trajectory.id!r} names no rubric (info.rubric); pass --rubric")
+    if isinstance(spec, dict):
+        return parse_rubric(spec, source=f"trajectory {trajectory.id} info.rubric")
+    if isinstance(spec, str):
+        path = Path(base_dir, spec)
+        if not path.exists() and "/" not in spec and not spec.endswith((".yaml", ".yml")):
+            path = Path(base_dir, "rubrics", f"{spec}.yaml")
+        return load_rubric(path)
+    raise ConfigError(f"trajectory {trajectory.id!r}: info.rubric must be a path or a mapping")
+
+
+def _run(coro: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Called from inside an event loop (a notebook): run on a private loop in a thread.
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    th = threading.Thread(target=target)
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def score_trajectories(
+    trajectories: Sequence[Trajectory],
+    rubric: Rubric | None,
+    config: JudgeConfig,
+    *,
+    base_dir: str | Path = ".",
+) -> list[Trajectory]:
+    """Score trajectories synchronously; returns copies with ``reward`` filled in (judge errors included).
+
+    ``rubric`` overrides the rubric each trajectory names in ``info["rubric"]``.
+    """
+    loaded: dict[str, Rubric] = {}
+    items: list[tuple[Trajectory, Rubric]] = []
+    for t in trajectories:
+        spec = (t.info or {}).get("rubric")
+        if rubric is None and isinstance(spec, str) and os.fspath(spec) in loaded:
+            items.append((t, loaded[spec]))
+            continue
+        r = resolve_rubric(t, rubric, base_dir=base_dir)
+        if rubric is None and isinstance(spec, str):
+            loaded[spec] = r
+        items.append((t, r))
+    judge = Judge(config)
+    try:
+        rewards = _run(judge.score_many(items))
+    finally:
+        judge.close()
+    return [t.model_copy(update={"reward": r}) for t, r in zip(trajectories, rewards, strict=True)]

@@ -1,0 +1,358 @@
+"""Rubric files: the YAML schema, its pydantic models and a loader whose errors name file:line:column.
+
+A rubric is data: an id, a verdict→score ``mapping``, an ``aggregation`` and a list of criteria,
+each with a weight, a kind (a ``positive`` quality or a ``negative`` flaw) and a grader (the LLM
+judge by default, or a deterministic one). ``load_rubric`` reads YAML with the safe loader and
+validates it with pydantic; every error names ``path:line:column: field: what was expected``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agentrl.errors import RubricError
+
+__all__ = [
+    "ContainsGrader",
+    "Criterion",
+    "Grader",
+    "LLMGrader",
+    "NotContainsGrader",
+    "NumberGrader",
+    "RegexGrader",
+    "Rubric",
+    "load_rubric",
+    "parse_rubric",
+]
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+#: Scale words the ``number`` grader understands, lower-case, with their multipliers.
+UNIT_WORDS: dict[str, float] = {
+    "": 1.0,
+    "k": 1e3,
+    "thousand": 1e3,
+    "m": 1e6,
+    "mn": 1e6,
+    "mm": 1e6,
+    "mln": 1e6,
+    "million": 1e6,
+    "b": 1e9,
+    "bn": 1e9,
+    "bln": 1e9,
+    "billion": 1e9,
+    "t": 1e12,
+    "tn": 1e12,
+    "trillion": 1e12,
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LLMGrader(_Strict):
+    """Graded by the LLM judge (the default)."""
+
+    type: Literal["llm"] = "llm"
+
+
+class RegexGrader(_Strict):
+    """Fully Satisfied when ``pattern`` matches somewhere in the report (Python ``re.search``)."""
+
+    type: Literal["regex"]
+    pattern: str
+    ignore_case: bool = False
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"not a valid regular expression: {e}") from None
+        return v
+
+
+class ContainsGrader(_Strict):
+    """Fully Satisfied when the report contains the text (``all`` of a list, or ``any`` of it)."""
+
+    type: Literal["contains"]
+    text: str | list[str]
+    match: Literal["all", "any"] = "all"
+    case_sensitive: bool = False
+
+    @field_validator("text")
+    @classmethod
+    def _non_empty(cls, v: str | list[str]) -> str | list[str]:
+        items = [v] if isinstance(v, str) else v
+        if not items or any(not s for s in items):
+            raise ValueError("needs a non-empty string or a non-empty list of non-empty strings")
+        return v
+
+
+class NotContainsGrader(ContainsGrader):
+    """Fully Satisfied when the report contains none of the texts."""
+
+    type: Literal["not_contains"]  # type: ignore[assignment]
+
+
+class NumberGrader(_Strict):
+    """Fully Satisfied when the report states ``value`` (times ``unit``) within the tolerance.
+
+    Numbers in the report are read with their scale words (``$12.3 billion``, ``12.3bn``,
+    ``12,300 million``, ``12.3B``) and compared after scaling: ``|x - v| <= max(abs_tolerance,
+    tolerance * |v|)``.
+    """
+
+    type: Literal["number"]
+    value: float
+    unit: str = ""
+    tolerance: float = Field(default=0.01, ge=0)
+    abs_tolerance: float = Field(default=0.0, ge=0)
+
+    @field_validator("unit")
+    @classmethod
+    def _known_unit(cls, v: str) -> str:
+        if v.strip().lower() not in UNIT_WORDS:
+            raise ValueError(f"unknown unit {v!r}; expected one of {sorted(k for k in UNIT_WORDS if k)}")
+        return v.strip().lower()
+
+
+Grader = Annotated[
+    LLMGrader | RegexGrader | ContainsGrader | NotContainsGrader | NumberGrader,
+    Field(discriminator="type"),
+]
+
+
+class Criterion(_Strict):
+    """One rubric item: a positive quality (weight > 0) or a negative flaw (weight < 0)."""
+
+    id: str
+    text: str
+    weight: float
+    kind: Literal["positive", "negative"] = "positive"
+    grader: Grader = Field(default_factory=LLMGrader)
+
+    @field_validator("id")
+    @classmethod
+    def _id_ok(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError("an id is letters, digits, '_', '.', '-' and starts with a letter or digit")
+        return v
+
+    @field_validator("text")
+    @classmethod
+    def _text_ok(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the criterion text must not be empty")
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _weight_sign(self) -> Criterion:
+        if self.kind == "positive" and not self.weight > 0:
+            raise ValueError("weight: a positive criterion needs a positive weight")
+        if self.kind == "negative" and not self.weight < 0:
+            raise ValueError("weight: a negative criterion needs a negative weight")
+        return self
+
+    @property
+    def is_llm(self) -> bool:
+        """True when the LLM judge grades this criterion."""
+        return self.grader.type == "llm"
+
+
+class Rubric(_Strict):
+    """A validated rubric. ``content_hash`` (sha256 of the canonical JSON) names its exact content."""
+
+    id: str
+    version: int = 1
+    description: str = ""
+    mapping: Literal["strict", "ternary", "binary"] = "strict"
+    aggregation: Literal["weighted_sum", "normalized"] = "weighted_sum"
+    criteria: list[Criterion]
+
+    @field_validator("id")
+    @classmethod
+    def _id_ok(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError("an id is letters, digits, '_', '.', '-' and starts with a letter or digit")
+        return v
+
+    @field_validator("criteria")
+    @classmethod
+    def _criteria_ok(cls, v: list[Criterion]) -> list[Criterion]:
+        if not v:
+            raise ValueError("a rubric needs at least one criterion")
+        seen: set[str] = set()
+        for i, c in enumerate(v):
+            if c.id in seen:
+                raise ValueError(f"[{i}].id: duplicate criterion id {c.id!r}")
+            seen.add(c.id)
+        return v
+
+    @model_validator(mode="after")
+    def _normalizable(self) -> Rubric:
+        if self.aggregation == "normalized" and not any(c.weight > 0 for c in self.criteria):
+            raise ValueError("criteria: 'normalized' aggregation needs at least one positive criterion")
+        return self
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 (hex) of the rubric's canonical JSON: same content, same hash, whatever the YAML layout."""
+        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+    @property
+    def is_deterministic(self) -> bool:
+        """True when no criterion needs the LLM judge."""
+        return not any(c.is_llm for c in self.criteria)
+
+    @property
+    def max_score(self) -> float:
+        """The highest attainable total: Σ of positive weights (``weighted_sum``) or 1 (``normalized``)."""
+        if self.aggregation == "normalized":
+            return 1.0
+        return sum(c.weight for c in self.criteria if c.weight > 0)
+
+    @property
+    def min_score(self) -> float:
+        """The lowest attainable total: Σ of negative weights (``weighted_sum``) or 0 (``normalized``)."""
+        if self.aggregation == "normalized":
+            return 0.0
+        return sum(c.weight for c in self.criteria if c.weight < 0)
+
+
+# ---- YAML with positions -----------------------------------------------------------------------
+
+Path_ = tuple[str | int, ...]
+
+
+def _positions(node: yaml.Node, source: str) -> dict[Path_, tuple[int, int]]:
+    """Map each field path of the YAML document to its 1-based (line, column); reject duplicate keys."""
+    marks: dict[Path_, tuple[int, int]] = {}
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, Path_]] = [(node, ())]
+    while stack:
+        n, path = stack.pop()
+        marks.setdefault(path, (n.start_mark.line + 1, n.start_mark.column + 1))
+        if id(n) in seen:  # an alias: positions are those of the anchor, and no exponential walks
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            keys: set[str] = set()
+            for k, v in n.value:
+                key = k.value if isinstance(k, yaml.ScalarNode) else repr(k.value)
+                if key in keys:
+                    where = _fmt_path((*path, key))
+                    raise RubricError(
+                        f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: {where}: duplicate key"
+                    )
+                keys.add(key)
+                marks.setdefault((*path, key), (k.start_mark.line + 1, k.start_mark.column + 1))
+                stack.append((v, (*path, key)))
+        elif isinstance(n, yaml.SequenceNode):
+            for i, v in enumerate(n.value):
+                stack.append((v, (*path, i)))
+    return marks
+
+
+def _fmt_path(path: Path_) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<root>"
+
+
+def _locate(path: Path_, marks: dict[Path_, tuple[int, int]], source: str) -> str:
+    for n in range(len(path), -1, -1):
+        if path[:n] in marks:
+            line, col = marks[path[:n]]
+            return f"{source}:{line}:{col}"
+    return source
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> Path_:
+    # Pydantic puts the discriminator tag ('regex', ...) and validator names into loc; drop them.
+    out: list[str | int] = []
+    for i, p in enumerate(loc):
+        if isinstance(p, str) and i > 0 and loc[i - 1] == "grader":
+            continue
+        out.append(p)
+    return tuple(out)
+
+
+def _validate(data: Any, source: str, marks: dict[Path_, tuple[int, int]]) -> Rubric:
+    if not isinstance(data, dict):
+        raise RubricError(
+            f"{_locate((), marks, source)}: <root>: a rubric must be a mapping (id, criteria, ...)"
+        )
+    try:
+        return Rubric.model_validate(data)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        path = _clean_loc(tuple(err["loc"]))
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        # Our validators name the sub-field they are about ("weight: ..." or "[2].id: ...").
+        if m := re.match(r"^\[(\d+)\]\.(\w+): (.*)$", msg, re.S):
+            path, msg = (*path, int(m.group(1)), m.group(2)), m.group(3)
+        elif (m := re.match(r"^(weight|criteria): (.*)$", msg, re.S)) is not None:
+            path = path if path[-1:] == (m.group(1),) else (*path, m.group(1))
+            msg = m.group(2)
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "union_tag_not_found":
+            msg = "a grader needs a 'type' (llm, regex, contains, not_contains, number)"
+        elif err["type"] == "union_tag_invalid":
+            msg = "unknown grader type; expected one of llm, regex, contains, not_contains, number"
+        raise RubricError(f"{_locate(path, marks, source)}: {_fmt_path(path)}: {msg}") from None
+
+
+def parse_rubric(data: dict[str, Any] | str, source: str = "<inline>") -> Rubric:
+    """Validate a rubric given as a dict (e.g. inline in a task file) or as YAML text.
+
+    Raises ``RubricError`` naming ``source:line:column: field: problem`` (line and column only
+    when the input was YAML text).
+    """
+    if isinstance(data, dict):
+        return _validate(data, source, {})
+    if not isinstance(data, str):
+        raise RubricError(f"{source}: a rubric must be YAML text or a mapping, got {type(data).__name__}")
+    try:
+        node = yaml.compose(data, Loader=yaml.SafeLoader)
+        if node is None:
+            raise RubricError(f"{source}: the rubric is empty")
+        marks = _positions(node, source)
+        loaded = yaml.safe_load(data)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        raise RubricError(f"{where}: not valid YAML: {e.problem or e.context}") from None
+    except yaml.YAMLError as e:
+        raise RubricError(f"{source}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise RubricError(f"{source}: not valid YAML: nested too deeply") from None
+    return _validate(loaded, source, marks)
+
+
+def load_rubric(path: str | os.PathLike[str]) -> Rubric:
+    """Read and validate one rubric YAML file; raises ``RubricError`` naming the file, line and field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RubricError(f"{p}: no such rubric file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RubricError(f"{p}: cannot read the rubric: {e}") from None
+    return parse_rubric(text, source=str(p))

@@ -1,0 +1,117 @@
+"""Verdict → score mappings and the aggregation of criterion scores into one reward.
+
+The three mappings (``strict`` is Step-DeepResearch's asymmetric rule):
+
+===================== ===================== ===================== ===================
+verdict               strict (pos / neg)    ternary               binary
+===================== ===================== ===================== ===================
+Fully Satisfied       1 / 1                 1                     1
+Partially Satisfied   0 / 1                 0.5                   1
+Not Satisfied         0 / 0                 0                     0
+===================== ===================== ===================== ===================
+
+A negative criterion describes a flaw and carries a negative weight, so a score of 1 there
+(the flaw is present) subtracts ``|w|``. Aggregations: ``weighted_sum`` R = Σ wᵢ·sᵢ and
+``normalized`` R = clip(Σ wᵢ·sᵢ / Σ_{w>0} w, 0, 1) (HealthBench's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown
+
+__all__ = ["AGGREGATIONS", "MAPPINGS", "aggregate", "breakdown", "map_verdict"]
+
+MAPPINGS: tuple[str, ...] = ("strict", "ternary", "binary")
+AGGREGATIONS: tuple[str, ...] = ("weighted_sum", "normalized")
+
+
+def map_verdict(verdict: str, kind: str, mapping: str) -> float:
+    """The score in [0, 1] of one enumerated verdict for a ``positive`` or ``negative`` criterion.
+
+    Raises ``ValueError`` for a verdict, kind or mapping outside the enumerations: a score never
+    comes from free text.
+    """
+    if verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}; expected one of {', '.join(VERDICTS)}")
+    if kind not in ("positive", "negative"):
+        raise ValueError(f"unknown criterion kind {kind!r}; expected positive or negative")
+    full, partial = verdict == "Fully Satisfied", verdict == "Partially Satisfied"
+    if mapping == "strict":
+        return 1.0 if (full or (partial and kind == "negative")) else 0.0
+    if mapping == "ternary":
+        return 1.0 if full else 0.5 if partial else 0.0
+    if mapping == "binary":
+        return 1.0 if (full or partial) else 0.0
+    raise ValueError(f"unknown mapping {mapping!r}; expected one of {', '.join(MAPPINGS)}")
+
+
+def aggregate(
+    scores: Iterable[CriterionScore | tuple[float, float]],
+    aggregation: str,
+    *,
+    positive_weight: float | None = None,
+) -> float:
+    """Combine (weight, score) pairs into the reward.
+
+    ``scores`` holds ``CriterionScore`` objects or ``(weight, score)`` tuples. For ``normalized``
+    the denominator is ``positive_weight`` when given (Σ of the rubric's positive weights, so a
+    criterion that could not be graded still counts), else the Σ of the positive weights present.
+    """
+    pairs = [
+        (s.weight, s.score) if isinstance(s, CriterionScore) else (float(s[0]), float(s[1])) for s in scores
+    ]
+    total = sum(w * s for w, s in pairs)
+    if aggregation == "weighted_sum":
+        return total
+    if aggregation == "normalized":
+        denom = positive_weight if positive_weight is not None else sum(w for w, _ in pairs if w > 0)
+        if denom <= 0:
+            raise ValueError("'normalized' aggregation needs a positive total weight")
+        return min(1.0, max(0.0, total / denom))
+    raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
+
+
+def breakdown(
+    rubric,
+    criteria: Sequence[CriterionScore],
+    *,
+    judge_model: str | None = None,
+    error: str | None = None,
+    calls: int = 0,
+    cache_hits: int = 0,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    cost_usd: float = 0.0,
+) -> RewardBreakdown:
+    """The ``RewardBreakdown`` of a rubric from its graded criteria, in rubric order.
+
+    When ``error`` is given, or a criterion of the rubric has no score, the status is
+    ``judge_error`` and the total is null: a failed judge never becomes a 0 or a 1.
+    """
+    by_id = {c.id: c for c in criteria}
+    ordered = [by_id[c.id] for c in rubric.criteria if c.id in by_id]
+    missing = [c.id for c in rubric.criteria if c.id not in by_id]
+    if missing and error is None:
+        error = f"no verdict for criteria {', '.join(missing)}"
+    total = None
+    if error is None:
+        positive = sum(c.weight for c in rubric.criteria if c.weight > 0)
+        total = aggregate(ordered, rubric.aggregation, positive_weight=positive)
+    return RewardBreakdown(
+        total=total,
+        status="ok" if error is None else "judge_error",
+        criteria=ordered,
+        rubric_id=rubric.id,
+        rubric_hash=rubric.content_hash,
+        judge_model=judge_model,
+        mapping=rubric.mapping,
+        aggregation=rubric.aggregation,
+        error=error,
+        calls=calls,
+        cache_hits=cache_hits,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=cost_usd,
+    )
