@@ -1,0 +1,316 @@
+"""The token expander: a ``Trajectory`` becomes the exact token sequence the policy was trained on.
+
+Token-in-token-out (TITO): an assistant turn that carries ``token_ids`` is copied id for id, with
+its logprobs; nothing sampled is ever decoded and re-encoded. Only what the framework wrote
+(the prompt, the tail after a turn, tool results, user follow-ups, generation prompts) is rendered
+and tokenized, each run of non-assistant messages as a delta cut from a render in a small constant
+context (``ChatTemplate.run_delta``), so one trajectory costs O(turns) short renders and one
+batched tokenizer call. The mask and reward rules are in ``docs/tokens.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from agentrl.tokens.arrays import Segment, SegmentKind, TokenizedTrajectory
+from agentrl.tokens.errors import ForkError, TokenCheckError
+from agentrl.tokens.selftest import TemplateReport, run_self_test
+from agentrl.tokens.template import ChatTemplate, message_to_template
+from agentrl.trajectory import Trajectory
+
+__all__ = ["CheckMode", "Expander"]
+
+CheckMode = Literal["strict", "ignore_whitespace", "off"]
+
+
+@dataclass
+class _Piece:
+    kind: SegmentKind
+    message_index: int
+    turn: int = -1
+    ids: list[int] | None = None  # sampled ids, or filled in after the batched encode
+    text: str | None = None
+    logprobs: list[float] | None = None
+    drop_first: int | None = None  # the previous turn's sampled stop id, if the template repeats it
+    stop_first: bool = False  # a retokenized turn's stop token may open this piece
+
+
+class Expander:
+    """Turn trajectories into ``TokenizedTrajectory`` rows with one chat template.
+
+    ``Expander(tokenizer, chat_template=None, max_len=None, **template_kwargs)``: ``tokenizer`` is a
+    Hugging Face tokenizer; ``chat_template`` overrides its template; ``max_len`` cuts rows (all
+    arrays stay aligned, ``truncated`` is set); ``template_kwargs`` go to every render (for example
+    ``enable_thinking=False`` or ``tools=[...]``). Keyword-only options: ``check`` compares each row
+    against a full render (``"strict"``, ``"ignore_whitespace"`` or ``"off"``); ``on_fork`` says what
+    to do when the template would rewrite earlier turns (``"keep"`` the sequence as sampled and flag
+    it, or ``"error"``); ``stop_token_ids`` overrides the inferred stop tokens; ``tool_arguments``
+    passes tool-call arguments to the template as a ``"dict"`` (default) or the raw ``"string"``;
+    ``train_retokenized`` sets ``loss_mask`` on turns without sampled ids (default True).
+
+    Construction runs the template self-test (``self.report``) and raises ``TemplateError`` when
+    the template cannot be expanded faithfully.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        chat_template: str | None = None,
+        max_len: int | None = None,
+        *,
+        check: CheckMode = "off",
+        on_fork: Literal["keep", "error"] = "keep",
+        stop_token_ids: Iterable[int] | None = None,
+        tool_arguments: Literal["dict", "string"] = "dict",
+        train_retokenized: bool = True,
+        **template_kwargs: Any,
+    ) -> None:
+        if check not in ("strict", "ignore_whitespace", "off"):
+            raise ValueError(f"check must be 'strict', 'ignore_whitespace' or 'off', not {check!r}")
+        if on_fork not in ("keep", "error"):
+            raise ValueError(f"on_fork must be 'keep' or 'error', not {on_fork!r}")
+        if max_len is not None and max_len < 1:
+            raise ValueError(f"max_len must be positive, got {max_len}")
+        self.template = ChatTemplate(tokenizer, chat_template, **template_kwargs)
+        self.tokenizer = tokenizer
+        self.max_len = max_len
+        self.check = check
+        self.on_fork = on_fork
+        self.tool_arguments = tool_arguments
+        self.train_retokenized = train_retokenized
+        self.tail = self.template.assistant_tail()
+        self._given_stops = None if stop_token_ids is None else frozenset(int(i) for i in stop_token_ids)
+        self.stop_ids: frozenset[int] = self._given_stops or frozenset()
+        added = tokenizer.get_added_vocab()
+        self._think_id: int | None = added.get("<think>")
+        self.report: TemplateReport = TemplateReport()
+        self.report = run_self_test(self)
+        if self._given_stops is None:
+            self.stop_ids = frozenset(self.report.stop_token_ids)
+
+    # ---- public API ------------------------------------------------------------------------------
+    def expand(
+        self, trajectory: Trajectory, turn_rewards: Sequence[float] | None = None
+    ) -> TokenizedTrajectory:
+        """One trajectory → one row of aligned ``[L]`` arrays (see ``TokenizedTrajectory``).
+
+        ``turn_rewards`` (one float per assistant turn, or ``trajectory.info["turn_rewards"]``) are
+        added on the last sampled token of each turn, on top of the trajectory reward.
+        """
+        return self._expand(trajectory, turn_rewards, self.check)
+
+    def expand_many(
+        self,
+        trajectories: Iterable[Trajectory],
+        *,
+        skip_unscored: bool = False,
+    ) -> list[TokenizedTrajectory]:
+        """``expand`` over many trajectories; ``skip_unscored`` drops those without a usable reward
+        (reward null or ``judge_error``), which training must exclude."""
+        rows = [self.expand(t) for t in trajectories]
+        return [r for r in rows if r.scored] if skip_unscored else rows
+
+    def render_count(self) -> int:
+        """Template renders made so far by this expander (the self-test included)."""
+        return self.template.renders
+
+    # ---- the expansion ---------------------------------------------------------------------------
+    def _plan(self, traj: Trajectory) -> tuple[list[_Piece], bool, int | None]:
+        """The pieces of the row in order, whether a turn hit the generation limit, and the message
+        index of that turn."""
+        t = self.template
+        msgs = traj.messages
+        tm = [message_to_template(m, self.tool_arguments) for m in msgs]
+        asst = [i for i, m in enumerate(msgs) if m.role == "assistant"]
+        first = asst[0] if asst else len(msgs)
+        pieces: list[_Piece] = []
+        if first > 0:
+            pieces.append(
+                _Piece("prompt", 0, text=t.render(tm[:first], add_generation_prompt=first < len(msgs)))
+            )
+        for turn, i in enumerate(asst):
+            m = msgs[i]
+            stop: int | None = None
+            if m.token_ids is not None:
+                ids = list(m.token_ids)
+                pieces.append(_Piece("sampled", i, turn, ids=ids, logprobs=m.logprobs))
+                if m.finish_reason == "length":  # cut by the generation limit: the row ends here
+                    return pieces, True, i
+                stop = ids[-1] if ids else None
+            else:
+                text = t.assistant_text(tm[i])
+                if self.tail and text.endswith(self.tail):
+                    text = text[: -len(self.tail)]
+                pieces.append(_Piece("retokenized", i, turn, text=text))
+            nxt = asst[turn + 1] if turn + 1 < len(asst) else len(msgs)
+            run = tm[i + 1 : nxt]
+            if run or nxt < len(msgs):
+                cont = self.tail + t.run_delta(run, add_generation_prompt=nxt < len(msgs))
+                kind: SegmentKind = "observation"
+            else:
+                cont, kind = self.tail, "template"
+            if cont:
+                pieces.append(
+                    _Piece(kind, i + 1, turn, text=cont, drop_first=stop, stop_first=m.token_ids is None)
+                )
+        return pieces, False, None
+
+    def _assemble(
+        self, pieces: list[_Piece]
+    ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, list[Segment]]:
+        t = self.template
+        texts = [p.text for p in pieces if p.ids is None]
+        encoded = iter(t.encode_batch([x for x in texts if x is not None]))
+        for p in pieces:
+            if p.ids is None:
+                p.ids = next(encoded)
+        ids: list[int] = []
+        spans: list[tuple[_Piece, int, int]] = []
+        for p in pieces:
+            pid = p.ids or []
+            if p.drop_first is not None and pid and pid[0] == p.drop_first and pid[0] in t.added_ids:
+                pid = pid[1:]  # the sampled stop token is also the template's next token: keep one
+                p.ids = pid
+            spans.append((p, len(ids), len(ids) + len(pid)))
+            ids.extend(pid)
+        n = len(ids)
+        loss = np.zeros(n, dtype=np.int64)
+        logp = np.zeros(n, dtype=np.float32)
+        turns = np.full(n, -1, dtype=np.int64)
+        segments: list[Segment] = []
+        for p, a, b in spans:
+            if p.kind == "sampled" or (p.kind == "retokenized" and self.train_retokenized):
+                loss[a:b] = 1
+                turns[a:b] = p.turn
+                if p.logprobs is not None:
+                    logp[a:b] = p.logprobs
+            elif p.kind == "retokenized":
+                turns[a:b] = p.turn
+            elif p.stop_first and b > a and p.ids and p.ids[0] in self.stop_ids:
+                loss[a] = 1 if self.train_retokenized else 0
+                turns[a] = p.turn
+            segments.append(
+                Segment(p.kind, p.message_index, a, b, p.turn if p.kind in ("sampled", "retokenized") else -1)
+            )
+        return ids, loss, logp, turns, segments
+
+    def _expand(
+        self, traj: Trajectory, turn_rewards: Sequence[float] | None, check: CheckMode
+    ) -> TokenizedTrajectory:
+        pieces, cut_by_length, _ = self._plan(traj)
+        ids, loss, logp, turns, segments = self._assemble(pieces)
+        forks = self.find_forks(traj)
+        if forks and self.on_fork == "error":
+            raise ForkError(
+                f"trajectory {traj.id!r}: the chat template rewrites earlier turns at message(s) {forks} "
+                f"({self.report.describe_rewrites()}); a chat-API rollout saw a different history"
+            )
+        if check != "off":
+            from agentrl.tokens.check import format_diffs, segment_diffs
+
+            diffs = segment_diffs(self, traj, ids, segments, forks, check)
+            if diffs:
+                raise TokenCheckError(f"trajectory {traj.id!r} ({check}): " + format_diffs(diffs))
+        truncated = cut_by_length
+        if self.max_len is not None and len(ids) > self.max_len:
+            ids, loss, logp, turns = (
+                ids[: self.max_len],
+                loss[: self.max_len],
+                logp[: self.max_len],
+                turns[: self.max_len],
+            )
+            segments = [
+                Segment(s.kind, s.message_index, s.start, min(s.end, self.max_len), s.turn)
+                for s in segments
+                if s.start < self.max_len
+            ]
+            truncated = True
+        n = len(ids)
+        scores = np.zeros(n, dtype=np.float32)
+        turn_rewards = turn_rewards if turn_rewards is not None else traj.info.get("turn_rewards")
+        n_turns = sum(1 for m in traj.messages if m.role == "assistant")
+        if turn_rewards is not None:
+            if len(turn_rewards) != n_turns:
+                raise ValueError(
+                    f"trajectory {traj.id!r}: {len(turn_rewards)} turn rewards for {n_turns} assistant turns"
+                )
+            for k, r in enumerate(turn_rewards):
+                where = np.flatnonzero((turns == k) & (loss == 1))
+                if where.size:
+                    scores[where[-1]] += float(r)
+        scored = False
+        r = traj.reward
+        if r is not None and r.status == "ok" and r.total is not None:
+            where = np.flatnonzero(loss == 1)
+            if where.size:  # never on a masked token: a row with nothing sampled gets no reward
+                scores[where[-1]] += float(r.total)
+                scored = True
+        unknown = sorted(
+            k
+            for k, m in enumerate(x for x in traj.messages if x.role == "assistant")
+            if m.token_ids is None or m.logprobs is None
+        )
+        prompt_len = segments[0].end if segments and segments[0].kind == "prompt" else 0
+        return TokenizedTrajectory(
+            trajectory_id=traj.id,
+            input_ids=np.asarray(ids, dtype=np.int64),
+            attention_mask=np.ones(n, dtype=np.int64),
+            position_ids=np.arange(n, dtype=np.int64),
+            loss_mask=loss,
+            old_logprobs=logp,
+            token_level_scores=scores,
+            turn_ids=turns,
+            prompt_len=prompt_len,
+            retokenized_turns=[
+                k
+                for k, m in enumerate(x for x in traj.messages if x.role == "assistant")
+                if m.token_ids is None
+            ],
+            unknown_logprob_turns=unknown,
+            truncated=truncated,
+            forks=forks,
+            scored=scored,
+            segments=segments,
+        )
+
+    # ---- forks -------------------------------------------------------------------------------------
+    def find_forks(self, traj: Trajectory) -> list[int]:
+        """Message indices from which a full re-render of the history differs from the appended
+        sequence (only for templates the self-test found not append-only). O(turns) renders at most."""
+        rep = self.report
+        if not (rep.strips_reasoning or rep.rewrites_assistant or rep.reserialises_tool_json):
+            return []
+        msgs = traj.messages
+        asst = [i for i, m in enumerate(msgs) if m.role == "assistant"]
+        forks: set[int] = set()
+        if rep.rewrites_assistant:
+            forks.update(i + 1 for i in asst[:-1])
+        if rep.strips_reasoning:
+            seen_reasoning = False
+            for i, m in enumerate(msgs):
+                if m.role == "assistant" and self._has_reasoning(m):
+                    seen_reasoning = True
+                elif m.role == "user" and seen_reasoning:
+                    forks.add(i)
+        if rep.reserialises_tool_json:
+            for i in asst[:-1]:
+                m = msgs[i]
+                if m.token_ids is None or not m.tool_calls:
+                    continue
+                raws = [c.function.arguments for c in m.tool_calls]
+                if not self.template.renders_arguments_verbatim(
+                    message_to_template(m, self.tool_arguments), raws
+                ):
+                    forks.add(i + 1)
+        return sorted(f for f in forks if f < len(msgs))
+
+    def _has_reasoning(self, m: Any) -> bool:
+        if m.reasoning_content:
+            return True
+        if "</think>" in m.text:
+            return True
+        return self._think_id is not None and m.token_ids is not None and self._think_id in m.token_ids

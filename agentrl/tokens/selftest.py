@@ -1,0 +1,218 @@
+"""The template self-test, run when an ``Expander`` is built.
+
+Over a small matrix of mock conversations (plain answer, a tool call, parallel tool calls, a user
+follow-up, reasoning turns, no system prompt) it checks that:
+
+1. rendering is append-only at turn boundaries: the text before a generation prompt, and the text
+   up to the end of an assistant turn, are prefixes of every later render. Where it is not, the change must
+   be a rewrite of an earlier *assistant* turn (Qwen3-style removal of ``<think>`` content, or a
+   turn rendered differently once it is no longer last); those are handled (TITO keeps what was
+   sampled and the affected trajectories are flagged with ``forks``). A rewrite of any other
+   message is refused with ``TemplateError``.
+2. tool-call arguments are printed verbatim, or re-serialised (then flagged, handled as in 1);
+3. the fixed-context deltas, tokenized, give exactly the ids of a full render (``check="strict"``
+   on every mock), both for turns rebuilt from text and for the same turns given as sampled ids.
+
+It also infers the stop tokens: the first token of the template's end-of-turn tail, the EOS, and,
+for templates with no tail (GLM-style), the role headers that follow an assistant turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentrl.tokens.errors import TemplateError, TokenCheckError
+from agentrl.tokens.template import message_to_template
+from agentrl.trajectory import Message, Trajectory
+
+if TYPE_CHECKING:
+    from agentrl.tokens.expander import Expander
+
+__all__ = ["TemplateReport", "mock_conversations", "run_self_test"]
+
+
+@dataclass
+class TemplateReport:
+    """What the self-test learnt about a chat template."""
+
+    assistant_tail: str = ""
+    generation_prompt: str = ""
+    stop_token_ids: list[int] = field(default_factory=list)
+    strips_reasoning: bool = False
+    rewrites_assistant: bool = False
+    reserialises_tool_json: bool = False
+    cases: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def append_only(self) -> bool:
+        return not (self.strips_reasoning or self.rewrites_assistant or self.reserialises_tool_json)
+
+    def describe_rewrites(self) -> str:
+        parts = []
+        if self.strips_reasoning:
+            parts.append("it removes earlier reasoning at a user follow-up")
+        if self.rewrites_assistant:
+            parts.append("it renders an assistant turn differently once it is no longer last")
+        if self.reserialises_tool_json:
+            parts.append("it re-serialises tool-call JSON")
+        return "; ".join(parts) or "append-only"
+
+
+def _call(i: int, name: str, args: str) -> dict[str, Any]:
+    return {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def mock_conversations() -> dict[str, list[Message]]:
+    """The self-test matrix: named mock conversations in OpenAI format."""
+    sys = Message(role="system", content="You are a research agent.")
+    user = Message(role="user", content="Summarise the Q1 results.")
+    search = _call(1, "search", '{"query": "alphabet q1 cloud revenue"}')
+    opened = _call(2, "open_url", '{"url": "https://abc.xyz/q1"}')
+    A = Message.model_validate
+    return {
+        "plain": [sys, user, A({"role": "assistant", "content": "Revenue grew 12 percent."})],
+        "no_system": [user, A({"role": "assistant", "content": "Revenue grew."})],
+        "tool": [
+            sys,
+            user,
+            A({"role": "assistant", "content": "I will search.", "tool_calls": [search]}),
+            A({"role": "tool", "tool_call_id": "call_1", "content": "1. [abc.xyz] Alphabet Q1 results"}),
+            A({"role": "assistant", "content": "Cloud revenue was 12.3 billion."}),
+        ],
+        "parallel": [
+            sys,
+            user,
+            A({"role": "assistant", "content": "Two lookups.", "tool_calls": [search, opened]}),
+            A({"role": "tool", "tool_call_id": "call_1", "content": "result one"}),
+            A({"role": "tool", "tool_call_id": "call_2", "content": "page two"}),
+            A({"role": "assistant", "content": "Both done."}),
+        ],
+        "follow_up": [
+            sys,
+            user,
+            A({"role": "assistant", "content": "Revenue grew."}),
+            A({"role": "user", "content": "And the cloud?"}),
+            A({"role": "assistant", "content": "Cloud grew too."}),
+        ],
+        "reasoning": [
+            sys,
+            user,
+            A(
+                {
+                    "role": "assistant",
+                    "reasoning_content": "first thoughts",
+                    "content": "Search.",
+                    "tool_calls": [search],
+                }
+            ),
+            A({"role": "tool", "tool_call_id": "call_1", "content": "result"}),
+            A({"role": "assistant", "reasoning_content": "second thoughts", "content": "Revenue grew."}),
+            A({"role": "user", "content": "Why?"}),
+            A({"role": "assistant", "reasoning_content": "third thoughts", "content": "Because."}),
+        ],
+    }
+
+
+def _probe_append_only(exp: Expander, rep: TemplateReport, name: str, msgs: list[Message]) -> None:
+    t = exp.template
+    tm = [message_to_template(m, exp.tool_arguments) for m in msgs]
+    plain = [t.render(tm[:k], False) if k else "" for k in range(len(tm) + 1)]
+    for k in range(1, len(tm)):
+        if tm[k]["role"] != "assistant" and tm[k - 1]["role"] != "assistant":
+            continue  # inside a run of non-assistant messages, which the expander renders together
+        before = t.render(tm[:k], add_generation_prompt=True) if tm[k]["role"] == "assistant" else plain[k]
+        after = plain[k + 1]
+        if after.startswith(before):
+            continue
+        p = next(
+            (i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
+            min(len(before), len(after)),
+        )
+        owner = k if p >= len(plain[k]) else max(i for i in range(k) if len(plain[i]) <= p)
+        m = msgs[owner]
+        if m.role != "assistant":
+            raise TemplateError(
+                f"the chat template is not append-only: in self-test case {name!r}, adding message {k} "
+                f"({msgs[k].role}) changes the text of message {owner} ({m.role}): "
+                f"{before[p : p + 40]!r} became {after[p : p + 40]!r}. The expander cannot reproduce such a "
+                "history from appended tokens; fix the template or pass a training chat_template."
+            )
+        if m.reasoning_content and m.reasoning_content not in after and msgs[k].role == "user":
+            rep.strips_reasoning = True
+        else:
+            rep.rewrites_assistant = True
+
+
+def run_self_test(exp: Expander) -> TemplateReport:
+    """Run the matrix; return the report or raise ``TemplateError`` saying why the template fails."""
+    t = exp.template
+    rep = TemplateReport(assistant_tail=exp.tail, generation_prompt=t.generation_prompt())
+    convs = mock_conversations()
+    for name, msgs in convs.items():
+        _probe_append_only(exp, rep, name, msgs)
+    raw = '{"query":"q1 revenue","k":3}'
+    probe = Message.model_validate(
+        {"role": "assistant", "content": "x", "tool_calls": [_call(9, "search", raw)]}
+    )
+    rep.reserialises_tool_json = not t.renders_arguments_verbatim(
+        message_to_template(probe, exp.tool_arguments), [raw]
+    )
+
+    stops: set[int] = set()
+    tail_ids = t.encode(exp.tail)
+    if tail_ids and tail_ids[0] in t.added_ids:
+        stops.add(tail_ids[0])
+    if not exp.tail:  # the model stops by writing the next role header
+        for role in ("user", "tool"):
+            m = {"role": role, "content": "x"} | ({"tool_call_id": "call_0"} if role == "tool" else {})
+            ids = t.encode(t.run_delta([m], add_generation_prompt=True))
+            if ids and ids[0] in t.added_ids:
+                stops.add(ids[0])
+    eos = exp.tokenizer.eos_token_id
+    if isinstance(eos, int):
+        stops.add(eos)
+    rep.stop_token_ids = sorted(stops)
+    if exp._given_stops is None:
+        exp.stop_ids = frozenset(stops)
+    if not stops:
+        rep.notes.append("no stop token found: the tail has no special token and the tokenizer has no EOS")
+
+    saved = exp.report
+    exp.report = rep  # forks during the round trips below depend on what was just learnt
+    try:
+        for name, msgs in convs.items():
+            traj = Trajectory(id=f"selftest-{name}", task_id="selftest", messages=msgs)
+            try:
+                row = exp._expand(traj, None, "strict")
+            except TokenCheckError as e:
+                raise TemplateError(
+                    f"chat template self-test case {name!r}: the fixed-context expansion differs from a full "
+                    f"render, so token boundaries depend on context the expander does not see. {e}"
+                ) from e
+            sampled = []
+            for turn, m in enumerate(x for x in msgs if x.role == "assistant"):
+                ids = row.input_ids[(row.turn_ids == turn) & (row.loss_mask == 1)].tolist()
+                sampled.append(
+                    m.model_copy(
+                        update={"token_ids": ids, "logprobs": [0.0] * len(ids), "finish_reason": "stop"}
+                    )
+                )
+            it = iter(sampled)
+            tito = traj.model_copy(
+                update={"messages": [next(it) if m.role == "assistant" else m for m in msgs]}
+            )
+            row2 = exp._expand(tito, None, "off")
+            if (
+                row2.input_ids.tolist() != row.input_ids.tolist()
+                or row2.loss_mask.tolist() != row.loss_mask.tolist()
+            ):
+                raise TemplateError(
+                    f"chat template self-test case {name!r}: splicing sampled ids (stop token included) does "
+                    "not reproduce the rendered sequence; the template's end-of-turn cannot be located"
+                )
+            rep.cases += 1
+    finally:
+        exp.report = saved
+    return rep

@@ -1,0 +1,196 @@
+"""Rendering a chat template in small fixed contexts, so each message costs one short render.
+
+``ChatTemplate`` wraps a Hugging Face tokenizer and its Jinja chat template. It renders through
+``apply_chat_template(tokenize=False)`` (the one call whose signature is stable across
+transformers 4.51 to 5.x), counts its renders, and cuts out the text that one message, or one run
+of consecutive non-assistant messages, adds after an assistant turn. The context around the cut is
+a constant dummy system/user/assistant prefix, never the real history, so the cost of a delta does
+not grow with the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentrl.tokens.errors import TemplateError
+from agentrl.trajectory import Message
+
+__all__ = ["ASSISTANT_MARKER", "ChatTemplate", "message_to_template"]
+
+#: Dummy texts of the fixed context; unlikely strings so that ``find`` locates them exactly.
+SYSTEM_MARKER = "SYSTEM_CTX_q8"
+USER_MARKER = "USER_CTX_q8"
+ASSISTANT_MARKER = "ASSISTANT_CTX_q8"
+
+
+def message_to_template(m: Message, tool_arguments: str = "dict") -> dict[str, Any]:
+    """The dict a chat template sees for ``m``: OpenAI fields only, no TITO data.
+
+    Tool-call ``arguments`` are decoded to a dict by default (the Hugging Face convention that
+    templates applying ``tojson`` expect); ``tool_arguments="string"`` passes the JSON string as is
+    for templates that print strings verbatim.
+    """
+    d: dict[str, Any] = {"role": m.role, "content": m.content if m.content is not None else ""}
+    if m.name is not None:
+        d["name"] = m.name
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    if m.reasoning_content is not None:
+        d["reasoning_content"] = m.reasoning_content
+    if m.tool_calls:
+        calls = []
+        for c in m.tool_calls:
+            args: Any = c.function.arguments
+            if tool_arguments == "dict":
+                try:
+                    args = c.function.parsed_arguments()
+                except ValueError:
+                    args = c.function.arguments  # a broken call is rendered as the policy wrote it
+            calls.append(
+                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": args}}
+            )
+        d["tool_calls"] = calls
+    return d
+
+
+class ChatTemplate:
+    """A tokenizer's chat template with fixed-context delta rendering and a render counter.
+
+    ``render(messages, add_generation_prompt)`` returns text; ``encode`` / ``encode_batch`` tokenize
+    without adding special tokens (the template writes BOS itself when the model wants one, so a
+    tokenizer-added BOS would double it).
+    """
+
+    def __init__(self, tokenizer: Any, chat_template: str | None = None, **template_kwargs: Any) -> None:
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template if chat_template is not None else tokenizer.chat_template
+        if not self.chat_template:
+            raise TemplateError(
+                "the tokenizer has no chat_template; pass chat_template=... (a Jinja string) to the Expander"
+            )
+        self.template_kwargs = template_kwargs
+        self.renders = 0
+        self._cache: dict[tuple[str, bool], str] = {}
+        self.added_ids: frozenset[int] = frozenset(int(i) for i in tokenizer.get_added_vocab().values())
+
+    # ---- rendering -----------------------------------------------------------------------------
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = False) -> str:
+        """Render ``messages`` to text (one template call, counted in ``renders``)."""
+        self.renders += 1
+        try:
+            out = self.tokenizer.apply_chat_template(
+                messages,
+                chat_template=self.chat_template,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **self.template_kwargs,
+            )
+        except Exception as e:  # jinja raises many types; the caller needs to know which render failed
+            roles = ",".join(m["role"] for m in messages)
+            raise TemplateError(f"the chat template failed to render roles [{roles}]: {e}") from e
+        if not isinstance(out, str):  # some versions wrap a single conversation in a list
+            out = out[0]
+        return out
+
+    def _cached(self, key: str, messages: list[dict[str, Any]], gen: bool) -> str:
+        k = (key, gen)
+        if k not in self._cache:
+            self._cache[k] = self.render(messages, gen)
+        return self._cache[k]
+
+    @staticmethod
+    def ctx_system() -> dict[str, Any]:
+        return {"role": "system", "content": SYSTEM_MARKER}
+
+    @staticmethod
+    def ctx_user() -> dict[str, Any]:
+        return {"role": "user", "content": USER_MARKER}
+
+    @staticmethod
+    def ctx_assistant(tool_ids: list[str] | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {"role": "assistant", "content": ASSISTANT_MARKER}
+        if tool_ids:
+            d["tool_calls"] = [
+                {"id": i, "type": "function", "function": {"name": "f", "arguments": {}}} for i in tool_ids
+            ]
+        return d
+
+    def assistant_tail(self) -> str:
+        """What the template writes after an assistant's content (``<|im_end|>\\n``, ``<|eot_id|>``, or
+        ``""`` for templates whose next role header doubles as the stop token)."""
+        ctx = [self.ctx_system(), self.ctx_user(), self.ctx_assistant()]
+        text = self._cached("sua", ctx, False)
+        return text[text.rindex(ASSISTANT_MARKER) + len(ASSISTANT_MARKER) :]
+
+    def run_delta(self, run: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        """The text that a run of non-assistant messages adds after an assistant turn's tail, ending
+        with the generation prompt when asked. Rendered after a constant dummy prefix."""
+        tail = self.assistant_tail()
+        ctx = [self.ctx_system(), self.ctx_user(), self.ctx_assistant()]
+        try:
+            text = self.render(ctx + run, add_generation_prompt)
+        except TemplateError:  # templates that insist on matching tool-call ids get them
+            ids = [m.get("tool_call_id") or f"call_{i}" for i, m in enumerate(run) if m["role"] == "tool"]
+            text = self.render([*ctx[:2], self.ctx_assistant(ids), *run], add_generation_prompt)
+        i = text.find(ASSISTANT_MARKER)
+        if i < 0:
+            raise TemplateError("the chat template dropped the content of an assistant message")
+        j = i + len(ASSISTANT_MARKER)
+        if self.ctx_tools_skip(text, j, tail) is None:
+            raise TemplateError(
+                f"after an assistant message the template writes {text[j : j + 40]!r} when followed by "
+                f"{run[0]['role']!r} but {tail!r} when it is last; the expander cannot place the turn's end"
+            )
+        return text[self.ctx_tools_skip(text, j, tail) :]  # type: ignore[misc]
+
+    @staticmethod
+    def ctx_tools_skip(text: str, j: int, tail: str) -> int | None:
+        """Index just past the assistant tail starting at ``j`` (None when the tail is not there)."""
+        return j + len(tail) if text.startswith(tail, j) else None
+
+    def generation_prompt(self) -> str:
+        """The generation prompt as written after the dummy system and user messages."""
+        ctx = [self.ctx_system(), self.ctx_user()]
+        with_gen = self._cached("su", ctx, True)
+        without = self._cached("su", ctx, False)
+        if not with_gen.startswith(without):
+            raise TemplateError("add_generation_prompt=True changes the text before the generation prompt")
+        return with_gen[len(without) :]
+
+    def assistant_text(self, message: dict[str, Any]) -> str:
+        """An assistant message as the template writes it after the generation prompt (content, tool
+        calls and tail), for turns that carry no sampled ids."""
+        ctx = [self.ctx_system(), self.ctx_user()]
+        prefix = self._cached("su", ctx, True)
+        text = self.render([*ctx, message], False)
+        if not text.startswith(prefix):
+            raise TemplateError(
+                "the template does not write an assistant message as generation prompt + content "
+                f"(expected it to start with {prefix[-40:]!r}); cannot retokenize turns without token_ids"
+            )
+        return text[len(prefix) :]
+
+    def renders_arguments_verbatim(self, message: dict[str, Any], raw_arguments: list[str]) -> bool:
+        """Whether the template prints each tool call's arguments exactly as the policy wrote them."""
+        text = self.render([self.ctx_system(), self.ctx_user(), message], False)
+        return all(a in text for a in raw_arguments)
+
+    # ---- tokenizing ----------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Tokenize many texts in one call (the Rust tokenizer runs them in parallel)."""
+        if not texts:
+            return []
+        out = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return [list(x) for x in out]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def canonical_json(arguments: str) -> str:
+    """``arguments`` re-serialised the way ``tojson`` would (used only to build self-test cases)."""
+    return json.dumps(json.loads(arguments), ensure_ascii=False)
