@@ -6,8 +6,8 @@ policy token before an observation bootstraps from the first policy token after 
 verl's GAE does since PR #2337. Outputs are 0 on masked positions.
 
 The time recursions are vectorised: policy tokens are compacted to the front of each row, the
-constant-factor scan y_k = x_k + c·y_{k+1} is computed as a two-level blocked matrix product in
-float64, and the result is scattered back. No Python loop over time.
+constant-factor scan y_k = x_k + c·y_{k+1} is computed as a two-level blocked matrix product, and
+the result is scattered back. No Python loop over time.
 """
 
 from __future__ import annotations
@@ -30,21 +30,22 @@ __all__ = [
 _CHUNK = 64
 
 
-def _scan_dtype(device: torch.device) -> torch.dtype:
-    return torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
+def _scan_dtype(x: torch.Tensor) -> torch.dtype:
+    """float64 inputs are scanned in float64 (not on MPS, which lacks it); everything else in float32."""
+    return torch.float64 if x.dtype == torch.float64 and x.device.type != "mps" else torch.float32
 
 
 def discounted_reverse_cumsum(x: torch.Tensor, c: float) -> torch.Tensor:
     """y[:, k] = Σ_{j ≥ k} c^(j−k) · x[:, j], i.e. y_k = x_k + c·y_{k+1} with y_N = 0.
 
-    x: [B, N] → [B, N], computed in float64 (float32 on MPS) and cast back. Two levels of
+    x: [B, N] → [B, N], accumulated in float64 for float64 input, else float32. Two levels of
     blocked matrix products: within chunks of 64 steps, then across chunks with factor c^64,
     so no power of c is ever inverted and long sequences do not overflow.
     """
     B, N = x.shape
     if N == 0:
         return x.clone()
-    dt = _scan_dtype(x.device)
+    dt = _scan_dtype(x)
     C = min(_CHUNK, N)
     K = -(-N // C)
     xs = torch.zeros(B, K * C, dtype=dt, device=x.device)
@@ -67,26 +68,29 @@ def discounted_reverse_cumsum(x: torch.Tensor, c: float) -> torch.Tensor:
     return y.reshape(B, K * C)[:, :N].to(x.dtype)
 
 
-def _compact_positions(mask: torch.Tensor) -> torch.Tensor:
-    """For each position, its index among the row's policy tokens; masked positions get T (a spare slot)."""
-    T = mask.shape[-1]
-    pos = mask.long().cumsum(-1) - 1
-    return torch.where(mask, pos, torch.full_like(pos, T))
+def _compact_positions(mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Each position's index among its row's policy tokens, and the width W = the most policy tokens
+    in a row. Masked positions get W, a spare slot that is dropped. mask: [B, T] bool → ([B, T], W)."""
+    # int32 and in place: an int64 cumsum and out-of-place int64 ops cost ~4x more on CPU.
+    counts = torch.cumsum(mask, -1, dtype=torch.int32)
+    width = int(counts[:, -1].max()) if counts.numel() else 0
+    counts.sub_(1).masked_fill_(~mask, width)
+    return counts.long(), width
 
 
-def _compact(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """Move the policy tokens of each row to its front, in order; zeros after them. [B, T] → [B, T]."""
-    B, T = x.shape
-    out = torch.zeros(B, T + 1, dtype=x.dtype, device=x.device)
+def _compact(x: torch.Tensor, pos: torch.Tensor, width: int) -> torch.Tensor:
+    """Move the policy tokens of each row to its front, in order, zeros after them. [B, T] → [B, W]."""
+    out = torch.zeros(x.shape[0], width + 1, dtype=x.dtype, device=x.device)
     out.scatter_(1, pos, x)
-    return out[:, :T]
+    return out[:, :width]
 
 
 def _expand(y: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Inverse of ``_compact``: put compacted values back at their positions, 0 on masked ones."""
-    T = y.shape[-1]
-    back = y.gather(1, pos.clamp(max=max(T - 1, 0)))
-    return torch.where(mask, back, torch.zeros((), dtype=y.dtype, device=y.device))
+    """Inverse of ``_compact``: compacted values back at their positions, 0 on masked ones. → [B, T]."""
+    zero = torch.zeros((), dtype=y.dtype, device=y.device)
+    if y.shape[-1] == 0:
+        return zero.expand(mask.shape).clone()
+    return torch.where(mask, y.gather(1, pos.clamp(max=y.shape[-1] - 1)), zero)
 
 
 def _check_2d(**tensors: torch.Tensor) -> None:
@@ -96,6 +100,17 @@ def _check_2d(**tensors: torch.Tensor) -> None:
         raise ValueError(f"expected [B, T] tensors of one shape, got {shapes}")
 
 
+def _compact_deltas(rewards, values, mask, gamma):
+    """δ over the compacted policy tokens of each row, with their positions: ([B, W], pos [B, T])."""
+    _check_2d(token_level_rewards=rewards, values=values, response_mask=mask)
+    pos, width = _compact_positions(mask)
+    dt = _scan_dtype(values)
+    r = _compact(rewards.to(dt), pos, width)
+    v = _compact(values.to(dt), pos, width)
+    v_next = torch.cat([v[:, 1:], v.new_zeros(v.shape[0], 1)], dim=1)
+    return r + gamma * v_next - v, pos
+
+
 def td_residuals(
     token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor, gamma: float
 ) -> torch.Tensor:
@@ -103,13 +118,9 @@ def td_residuals(
 
     token_level_rewards, values, response_mask: [B, T] → [B, T].
     """
-    _check_2d(token_level_rewards=token_level_rewards, values=values, response_mask=response_mask)
     mask = response_mask.bool()
-    pos = _compact_positions(mask)
-    r = _compact(token_level_rewards.to(torch.float64), pos)
-    v = _compact(values.to(torch.float64), pos)
-    v_next = torch.cat([v[:, 1:], v.new_zeros(v.shape[0], 1)], dim=1)
-    return _expand(r + gamma * v_next - v, pos, mask).to(values.dtype)
+    delta, pos = _compact_deltas(token_level_rewards, values, mask, gamma)
+    return _expand(delta, pos, mask).to(values.dtype)
 
 
 def gae(
@@ -127,17 +138,12 @@ def gae(
 
     token_level_rewards, values, response_mask: [B, T] → ([B, T], [B, T]) in ``values.dtype``.
     """
-    _check_2d(token_level_rewards=token_level_rewards, values=values, response_mask=response_mask)
     with torch.no_grad():
         mask = response_mask.bool()
-        pos = _compact_positions(mask)
-        dt = _scan_dtype(values.device)
-        r = _compact(token_level_rewards.to(dt), pos)
-        v = _compact(values.to(dt), pos)
-        v_next = torch.cat([v[:, 1:], v.new_zeros(v.shape[0], 1)], dim=1)
-        adv = _expand(discounted_reverse_cumsum(r + gamma * v_next - v, gamma * lam), pos, mask)
-        ret = _expand(_compact(adv, pos) + v, pos, mask)
-    return adv.to(values.dtype), ret.to(values.dtype)
+        delta, pos = _compact_deltas(token_level_rewards, values, mask, gamma)
+        adv = _expand(discounted_reverse_cumsum(delta, gamma * lam), pos, mask).to(values.dtype)
+        ret = torch.where(mask, adv + values, torch.zeros((), dtype=values.dtype, device=values.device))
+    return adv, ret
 
 
 def _group_index(group_ids: torch.Tensor | Sequence[Hashable], device: torch.device) -> torch.Tensor:
@@ -211,8 +217,8 @@ def reinforce_pp_advantages(
     _check_2d(token_level_rewards=token_level_rewards, response_mask=response_mask)
     with torch.no_grad():
         mask = response_mask.bool()
-        pos = _compact_positions(mask)
-        r = _compact(token_level_rewards.to(_scan_dtype(mask.device)), pos)
+        pos, width = _compact_positions(mask)
+        r = _compact(token_level_rewards.to(_scan_dtype(token_level_rewards)), pos, width)
         returns = _expand(discounted_reverse_cumsum(r, gamma), pos, mask)
         adv = masked_whiten(returns, mask) * mask
     return adv.to(token_level_rewards.dtype)
