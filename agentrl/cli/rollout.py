@@ -1,0 +1,146 @@
+"""``agentrl rollout``: run a policy on a suite's tasks and write trajectories (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``rollout`` sub-command."""
+    p = subparsers.add_parser(
+        "rollout",
+        help="run a policy on a suite's tasks and write trajectories",
+        description="Run episodes concurrently and append trajectories to a JSONL file. Episodes "
+        "already in the output are skipped, so re-running the same command resumes.",
+    )
+    p.add_argument("--suite", default=None, help="suite directory (default: the generated sandbox)")
+    p.add_argument("--config", default=None, help="an env.yaml with search/fetch/cache/budgets settings")
+    p.add_argument("--policy", default="oracle", help="oracle | openai:MODEL (default: oracle)")
+    p.add_argument("--noise", type=float, default=None, help="oracle: probability of opening a distractor")
+    p.add_argument(
+        "--api-base", default=None, help="openai: base URL of the server, e.g. http://127.0.0.1:8000/v1"
+    )
+    p.add_argument("--api-key", default=None, help="openai: API key (default: $OPENAI_API_KEY or none)")
+    p.add_argument("--temperature", type=float, default=None, help="openai: sampling temperature")
+    p.add_argument("--max-tokens", type=int, default=None, help="openai: max tokens per turn")
+    p.add_argument("-n", type=int, default=1, help="samples per task (default 1)")
+    p.add_argument("--concurrency", type=int, default=8, help="episodes in flight (default 8)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    p.add_argument("--task", action="append", default=None, help="only this task id (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of the per-episode seeds")
+    p.add_argument("--out", required=True, help="output JSONL, e.g. runs/NAME/trajectories.jsonl")
+    p.add_argument(
+        "--cache", choices=["off", "record", "replay"], default=None, help="tool record/replay mode"
+    )
+    p.add_argument(
+        "--cache-path", default=None, help="sqlite file of the tool cache (default: next to --out)"
+    )
+    p.add_argument("--judge-model", default=None, help="LLM judge for rubrics with LLM criteria (batched)")
+    p.add_argument("--judge-api-base", default=None, help="base URL of the judge model's server")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_run)
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    from pathlib import Path
+
+    import yaml
+
+    from agentrl.errors import ConfigError
+
+    cfg: dict[str, Any] = {}
+    if args.config:
+        try:
+            cfg = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"--config {args.config}: {e}") from None
+        if not isinstance(cfg, dict):
+            raise ConfigError(f"--config {args.config}: must be a mapping")
+    if args.suite:
+        cfg["suite"] = args.suite
+    if args.cache and args.cache != "off":
+        path = args.cache_path or str(Path(args.out).with_name("tool_cache.sqlite"))
+        cfg["cache"] = {"mode": args.cache, "path": path}
+    elif args.cache == "off":
+        cfg["cache"] = {"mode": "off"}
+    if args.judge_model:
+        cfg["judge"] = "deferred"
+    return cfg
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from agentrl.env.config import load_env_config
+    from agentrl.errors import ConfigError
+    from agentrl.policy import make_policy
+    from agentrl.rollout import run_rollout
+
+    if args.n < 1 or args.concurrency < 1:
+        raise ConfigError("-n and --concurrency must be at least 1")
+    cfg = _config(args)
+    load_env_config(cfg, source=args.config or "<command line>")
+    policy = make_policy(
+        args.policy,
+        noise=args.noise,
+        api_base=args.api_base,
+        api_key=args.api_key,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+    )
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("rollout"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("reward {task.fields[reward]}"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=args.no_progress,
+    )
+    rewards: list[float] = []
+
+    with progress:
+        bar = progress.add_task("rollout", total=None, reward="-")
+
+        def on_done(traj: Any) -> None:
+            if traj is not None and traj.reward is not None and traj.reward.total is not None:
+                rewards.append(traj.reward.total)
+            progress.update(bar, advance=1, reward=f"{sum(rewards) / len(rewards):.3f}" if rewards else "-")
+
+        async def main():
+            return await run_rollout(
+                cfg,
+                policy,
+                args.out,
+                n=args.n,
+                concurrency=args.concurrency,
+                seed=args.seed,
+                tasks=args.task,
+                limit=args.limit,
+                judge_model=args.judge_model,
+                judge_api_base=args.judge_api_base,
+                on_done=on_done,
+            )
+
+        summary = asyncio.run(main())
+    out = summary.as_dict()
+    console.print(
+        f"[bold]{out['episodes']}[/] episodes ({out['skipped']} already done, {out['failed']} failed) in "
+        f"{out['elapsed_s']:.1f}s · mean reward "
+        + (f"{out['mean_reward']:.3f}" if out["mean_reward"] is not None else "-")
+        + f" · {out['tool_calls_per_episode']:.2f} tool calls/episode · {out['errors']} tool errors · "
+        f"truncations {out['truncations'] or 0}"
+    )
+    for line in summary.failures[:5]:
+        console.print(f"[red]failed[/] {line}")
+    print(json.dumps(out))
+    return 1 if summary.failed else 0

@@ -1,0 +1,124 @@
+"""The env configuration: the typed form of an ``env.yaml`` (and of ``gymnasium.make(..., config=...)``).
+
+Every key is optional; with no config the env runs on the generated sandbox suite. Unknown keys are
+errors that name the field, so a typo in ``env.yaml`` never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentrl.errors import ConfigError
+
+__all__ = ["Budgets", "CacheConfig", "EnvConfig", "FetchConfig", "SearchConfig", "load_env_config"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchConfig(_Strict):
+    """Where ``search`` goes: the suite's local BM25 index, or an HTTP search API."""
+
+    backend: Literal["sandbox", "http"] = "sandbox"
+    api: Literal["searxng", "retrieve"] = "searxng"
+    """HTTP flavour: SearXNG's ``GET /search?format=json`` or Search-R1's ``POST /retrieve``."""
+    url: str | None = None
+    """Base URL of the HTTP search service (``http`` backend only)."""
+    timeout_s: float = 10.0
+    retries: int = 2
+    allow_private: bool = True
+    """The search service is one the user configured, usually on their own network."""
+
+
+class FetchConfig(_Strict):
+    """Where ``open_url`` goes: the suite's corpus, or the web over HTTP (with the SSRF guard)."""
+
+    backend: Literal["sandbox", "http"] = "sandbox"
+    allow_private: bool = False
+    """Opt out of the SSRF guard (for a user's own intranet corpus)."""
+    timeout_s: float = 10.0
+    max_bytes: int = 5_000_000
+    max_redirects: int = 5
+    retries: int = 1
+    user_agent: str = "agentrl/0.1 (research agent)"
+
+
+class CacheConfig(_Strict):
+    """Record/replay of every tool call in sqlite."""
+
+    mode: Literal["off", "record", "replay"] = "off"
+    path: str | None = None
+
+
+class Budgets(_Strict):
+    """Episode budgets; hitting one truncates the episode with the reason in ``info``."""
+
+    max_turns: int = Field(12, ge=1)
+    max_tool_calls: int = Field(24, ge=1)
+    max_obs_chars: int = Field(6000, ge=100)
+    """Characters of one tool observation; longer outputs are cut with a marker."""
+    max_total_chars: int = Field(120_000, ge=1000)
+    """Characters of the whole conversation (prompt, turns and observations)."""
+    tool_timeout_s: float = Field(30.0, gt=0)
+    """Wall-clock limit of one tool call; a slower call is an error observation."""
+
+
+class EnvConfig(_Strict):
+    """The whole env configuration; ``suite`` is a directory or the name ``sandbox``."""
+
+    suite: str = "sandbox"
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    fetch: FetchConfig = Field(default_factory=FetchConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    budgets: Budgets = Field(default_factory=Budgets)
+    tool_format: Literal["hermes", "search_r1", "openai"] = "hermes"
+    """How the system prompt asks for tool calls. Parsing always accepts every format."""
+    page_chars: int = Field(3000, ge=200)
+    """Characters per page of ``open_url`` output."""
+    search_k: int = Field(5, ge=1, le=50)
+    tool_error_rate: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a tool call fails with an injected error (robustness training)."""
+    judge: Literal["deterministic", "inline", "deferred"] = "deterministic"
+    """How the final answer is scored: deterministic graders only, the LLM judge inline in ``step``,
+    or left to the rollout's batched judge (reward 0 in ``step``, ``info["needs_judge"]``)."""
+    judge_model: str | None = None
+    judge_api_base: str | None = None
+    system_prompt: str | None = None
+    """Overrides the built-in system prompt; ``{date}`` and ``{tools}`` are filled in."""
+
+
+def load_env_config(
+    data: dict[str, Any] | str | Path | EnvConfig | None, source: str = "<config>"
+) -> EnvConfig:
+    """Validate a config dict, a path to an ``env.yaml``, or pass an ``EnvConfig`` through.
+
+    Raises ``ConfigError`` naming the source and the offending field.
+    """
+    if isinstance(data, EnvConfig):
+        return data
+    if data is None:
+        return EnvConfig()
+    if isinstance(data, str | Path):
+        import yaml
+
+        path = Path(data)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read env config: {e}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        source = str(path)
+        data = raw
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: an env config must be a mapping, got {type(data).__name__}")
+    try:
+        return EnvConfig.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise ConfigError(f"{source}: {loc}: {err['msg']}") from None

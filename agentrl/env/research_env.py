@@ -1,0 +1,331 @@
+"""``ResearchEnv``: the deep-research environment (gymnasium), registered as ``agentrl/DeepResearch-v0``.
+
+One episode is one task. ``reset`` returns the prompt; each ``step`` takes one assistant turn,
+runs the tool calls in it and returns their output as the observation. The episode terminates
+when the agent answers (reward = the task's rubric score) and is truncated when a budget runs out
+(reason in ``info["truncated_reason"]``). A broken call never raises: it becomes an error
+observation that repeats the right format, and is counted in ``info``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import time
+from typing import Any, ClassVar
+
+import gymnasium
+
+from agentrl.env.backends import Page, ToolFailure, make_backends
+from agentrl.env.config import EnvConfig, load_env_config
+from agentrl.env.parser import parse_turn
+from agentrl.env.reward import rubric_for, score_report, score_trajectory_llm
+from agentrl.env.spaces import FreeText
+from agentrl.env.suite import Task, load_suite
+from agentrl.env.tools import (
+    TOOL_NAMES,
+    ArgError,
+    check_args,
+    format_help,
+    render_page,
+    render_search,
+    system_prompt,
+)
+from agentrl.trajectory import FunctionCall, Message, RewardBreakdown, ToolCall, Trajectory
+
+__all__ = ["ResearchEnv"]
+
+_EXECUTOR = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="agentrl-tool")
+_COUNTERS = (
+    "tool_calls",
+    "format_errors",
+    "unknown_tools",
+    "arg_errors",
+    "tool_errors",
+    "injected_faults",
+    "tool_timeouts",
+    "obs_truncations",
+)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+class ResearchEnv(gymnasium.Env[str, str]):
+    """A deep-research episode over a suite: tools ``search``, ``open_url`` and ``answer``.
+
+    ``config`` is an ``env.yaml`` mapping (or ``EnvConfig``, or a path); the suite's own
+    ``env.yaml`` supplies defaults under it. ``reset(options={"task": id_or_task})`` picks the
+    task (a seeded random one when absent).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self, config: dict[str, Any] | EnvConfig | str | None = None, render_mode: str | None = None
+    ):
+        first = load_env_config(config)
+        self.suite = load_suite(first.suite)
+        user = (
+            first.model_dump(exclude_unset=True)
+            if isinstance(config, EnvConfig)
+            else (config if isinstance(config, dict) else first.model_dump(exclude_unset=True))
+        )
+        self.config = load_env_config(
+            _merge(self.suite.defaults, user), source=f"{self.suite.root}/env.yaml + config"
+        )
+        self._search, self._fetch, self._cache = make_backends(self.config, self.suite)
+        self.observation_space = FreeText()
+        self.action_space = FreeText()
+        self.render_mode = render_mode
+        self.tools = __import__("agentrl.env.tools", fromlist=["TOOL_SCHEMAS"]).TOOL_SCHEMAS
+        self.task: Task | None = None
+        self.messages: list[Message] = []
+        self._done = True
+
+    # ---- gymnasium API -------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode; the observation is the system prompt and the task, as one text."""
+        super().reset(seed=seed)
+        options = options or {}
+        if options.get("task") is not None:
+            self.task = self.suite.task(options["task"])
+        else:
+            self.task = self.suite.tasks[int(self.np_random.integers(0, len(self.suite.tasks)))]
+        self.rubric = rubric_for(self.suite.rubric_data(self.task), source=f"task {self.task.id}")
+        system = system_prompt(self.config.tool_format, self.task.date, self.config.system_prompt)
+        self.messages = [
+            Message(role="system", content=system),
+            Message(role="user", content=self.task.prompt),
+        ]
+        self.counts = dict.fromkeys(_COUNTERS, 0)
+        self.turns = 0
+        self.chars = len(system) + len(self.task.prompt)
+        self.tool_log: list[dict[str, Any]] = []
+        self.reward_breakdown: RewardBreakdown | None = None
+        self.truncated_reason: str | None = None
+        self.report: str | None = None
+        self.needs_judge = False
+        self._started = time.monotonic()
+        self._done = False
+        info = {
+            "messages": [m.model_dump(exclude_none=True) for m in self.messages],
+            "task_id": self.task.id,
+            "date": self.task.date,
+            "tools": self.tools,
+        }
+        return f"{system}\n\n{self.task.prompt}", info
+
+    def step(self, action: str | Message | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """One assistant turn → (tool output text, reward, terminated, truncated, info)."""
+        if self._done or self.task is None:
+            raise gymnasium.error.ResetNeeded("call reset() before step() (the episode is over)")
+        self.turns += 1
+        msg = self._as_message(action)
+        parsed = parse_turn(msg, turn_index=self.turns)
+        if parsed.calls and not msg.tool_calls:
+            # Calls written in the text: keep ``content`` exactly as sampled and add the env's parse as
+            # OpenAI ``tool_calls`` (marked with the format), so the judge and viewers read the answer.
+            msg = msg.model_copy(
+                update={
+                    "tool_calls": [
+                        ToolCall(
+                            id=c.id, function=FunctionCall(name=c.name, arguments=json.dumps(c.arguments))
+                        )
+                        for c in parsed.calls
+                    ]
+                }
+            )
+            msg.tool_call_format = parsed.format  # type: ignore[attr-defined]
+        self.messages.append(msg)
+        self.chars += len(msg.text)
+        outputs: list[Message] = []
+        report: str | None = None
+        budget_hit: str | None = None
+
+        def out(call_id: str, name: str, text: str) -> None:
+            if len(text) > self.config.budgets.max_obs_chars:
+                self.counts["obs_truncations"] += 1
+                cut = len(text) - self.config.budgets.max_obs_chars
+                text = text[: self.config.budgets.max_obs_chars] + f"\n[... truncated: {cut} more characters]"
+            outputs.append(Message(role="tool", tool_call_id=call_id, name=name, content=text))
+
+        help_line = format_help("search_r1" if parsed.format == "search_r1" else self.config.tool_format)
+        for i, err in enumerate(parsed.errors):
+            self.counts["format_errors"] += 1
+            out(f"call_{self.turns}_err{i}", "error", f"Error: {err.message}. {help_line}")
+        for call in parsed.calls:
+            if call.name not in TOOL_NAMES:
+                self.counts["unknown_tools"] += 1
+                out(call.id, call.name, f"Error: unknown tool {call.name!r}. {help_line}")
+                continue
+            try:
+                args = check_args(call.name, call.arguments, self.config.search_k)
+            except ArgError as e:
+                self.counts["arg_errors"] += 1
+                out(call.id, call.name, f"Error: bad arguments for {call.name}: {e}. {help_line}")
+                continue
+            if call.name == "answer":
+                report = args["report"]
+                break
+            if self.counts["tool_calls"] >= self.config.budgets.max_tool_calls:
+                budget_hit = "max_tool_calls"
+                break
+            self.counts["tool_calls"] += 1
+            out(call.id, call.name, self._run_tool(call.name, args))
+        if not parsed.calls and not parsed.errors:
+            report = msg.text  # a turn without any tool call is the final answer
+
+        self.messages.extend(outputs)
+        self.chars += sum(len(m.text) for m in outputs)
+        if self.config.tool_format == "search_r1" or parsed.format == "search_r1":
+            obs = "\n".join(f"<information>{m.text}</information>" for m in outputs)
+        else:
+            obs = "\n\n".join(m.text for m in outputs)
+
+        reward, terminated = 0.0, False
+        if report is not None:
+            terminated = True
+            self.report = report
+            reward = self._score(report)
+        elif budget_hit is not None:
+            self.truncated_reason = budget_hit
+        elif self.turns >= self.config.budgets.max_turns:
+            self.truncated_reason = "max_turns"
+        elif self.chars > self.config.budgets.max_total_chars:
+            self.truncated_reason = "max_total_chars"
+        truncated = self.truncated_reason is not None
+        self._done = terminated or truncated
+        info = {
+            "messages": [m.model_dump(exclude_none=True) for m in outputs],
+            **self.counts,
+            "turn": self.turns,
+            "truncated_reason": self.truncated_reason,
+            "tool_format": parsed.format,
+        }
+        if terminated:
+            info["reward_breakdown"] = (
+                None if self.reward_breakdown is None else self.reward_breakdown.model_dump()
+            )
+            info["needs_judge"] = self.needs_judge
+        return obs, reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        """The conversation so far as text (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        return "\n\n".join(f"[{m.role}] {m.text}" for m in self.messages)
+
+    # ---- episode record ------------------------------------------------------------------
+    def trajectory(self, id: str | None = None) -> Trajectory:
+        """The episode so far as a ``Trajectory`` (reward set when the answer was scored)."""
+        assert self.task is not None, "reset() first"
+        info = {
+            "suite": str(self.suite.root),
+            "date": self.task.date,
+            "family": self.task.family,
+            "turns": self.turns,
+            **self.counts,
+            "terminated": self.report is not None,
+            "truncated_reason": self.truncated_reason,
+            "needs_judge": self.needs_judge,
+            "tool_log": self.tool_log,
+            "elapsed_s": round(time.monotonic() - self._started, 4),
+        }
+        return Trajectory(
+            id=id or self.task.id,
+            task_id=self.task.id,
+            messages=list(self.messages),
+            reward=self.reward_breakdown,
+            info=info,
+        )
+
+    def close(self) -> None:
+        """Nothing to release per env: backends and caches are shared per process."""
+
+    # ---- internals -------------------------------------------------------------------------
+    @staticmethod
+    def _as_message(action: str | Message | dict[str, Any]) -> Message:
+        if isinstance(action, Message):
+            return action
+        if isinstance(action, dict):
+            try:
+                return Message.model_validate({**action, "role": "assistant"})
+            except Exception:  # keep the turn; the parser reports what is wrong
+                return Message(role="assistant", content=str(action.get("content") or ""))
+        return Message(role="assistant", content=str(action))
+
+    def _score(self, report: str) -> float:
+        assert self.task is not None
+        bd = score_report(self.rubric, report, prompt=self.task.prompt)
+        if bd is None and self.config.judge == "inline" and self.config.judge_model:
+            bd = score_trajectory_llm(
+                self.trajectory(),
+                self.rubric,
+                model=self.config.judge_model,
+                api_base=self.config.judge_api_base,
+            )
+        if bd is None:
+            self.needs_judge = True
+            return 0.0
+        self.reward_breakdown = bd
+        return float(bd.total) if bd.total is not None else 0.0
+
+    def _run_tool(self, name: str, args: dict[str, Any]) -> str:
+        assert self.task is not None
+        t0 = time.monotonic()
+        entry: dict[str, Any] = {"turn": self.turns, "tool": name, "args": args}
+        try:
+            if self.config.tool_error_rate > 0 and self.np_random.random() < self.config.tool_error_rate:
+                self.counts["injected_faults"] += 1
+                raise ToolFailure("the tool is temporarily unavailable (injected fault); try again")
+            fut = _EXECUTOR.submit(self._tool_result, name, args)
+            try:
+                text = fut.result(timeout=self.config.budgets.tool_timeout_s)
+            except cf.TimeoutError:
+                self.counts["tool_timeouts"] += 1
+                raise ToolFailure(f"{name} timed out after {self.config.budgets.tool_timeout_s:g}s") from None
+            entry["ok"] = True
+            return text
+        except ToolFailure as e:
+            self.counts["tool_errors"] += 1
+            entry["ok"], entry["error"] = False, str(e)
+            return f"Error: {e}"
+        finally:
+            entry["seconds"] = round(time.monotonic() - t0, 4)
+            self.tool_log.append(entry)
+
+    def _tool_result(self, name: str, args: dict[str, Any]) -> str:
+        assert self.task is not None
+        before = self.task.day
+        if name == "search":
+
+            def run_search() -> dict[str, Any]:
+                if self._search is None:
+                    raise ToolFailure("no search backend is configured")
+                return {
+                    "hits": [
+                        h.to_dict() for h in self._search.search(args["query"], args["k"], before=before)
+                    ]
+                }
+
+            sargs = {"query": args["query"], "k": args["k"]}
+            res = self._cache.call("search", sargs, before, run_search) if self._cache else run_search()
+            from agentrl.env.backends.base import Hit
+
+            return render_search(args["query"], [Hit(**h) for h in res["hits"]])
+
+        def run_fetch() -> dict[str, Any]:
+            if self._fetch is None:
+                raise ToolFailure("no fetch backend is configured")
+            return self._fetch.fetch(args["url"], before=before).to_dict()
+
+        fargs = {"url": args["url"]}
+        res = self._cache.call("fetch", fargs, before, run_fetch) if self._cache else run_fetch()
+        return render_page(Page(**res), args["page"], self.config.page_chars)

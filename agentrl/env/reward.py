@@ -1,0 +1,70 @@
+"""The one place where the env asks the judge for a reward.
+
+Deterministic rubrics are scored at once (synchronously, no I/O). A rubric with LLM criteria is
+either scored inline (a blocking call to the LLM judge) or left to the rollout's batched judge;
+``score_report`` then returns None and the caller marks the episode ``needs_judge``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from agentrl.trajectory import RewardBreakdown, Trajectory
+
+__all__ = ["is_deterministic", "rubric_for", "score_report", "score_trajectory_llm"]
+
+
+def _judge():
+    # The judge package exports these names; the submodule path works while its __init__ is absent.
+    try:
+        from agentrl.judge import parse_rubric, score_deterministic
+    except ImportError:
+        from agentrl.judge.graders import score_deterministic
+        from agentrl.judge.rubric import parse_rubric
+    return parse_rubric, score_deterministic
+
+
+@lru_cache(maxsize=4096)
+def _parse_cached(key: str, text: str, source: str):
+    import json
+
+    parse_rubric, _ = _judge()
+    data: Any = json.loads(text) if key == "json" else text
+    return parse_rubric(data, source=source)
+
+
+def rubric_for(data: dict[str, Any] | str, source: str = "<inline>"):
+    """A validated ``Rubric`` from an inline mapping or YAML text (parsed once per content)."""
+    import json
+
+    if isinstance(data, dict):
+        return _parse_cached("json", json.dumps(data, sort_keys=True), source)
+    return _parse_cached("yaml", data, source)
+
+
+def is_deterministic(rubric) -> bool:
+    """True when the rubric needs no LLM judge."""
+    return bool(rubric.is_deterministic)
+
+
+def score_report(rubric, report: str, *, prompt: str = "") -> RewardBreakdown | None:
+    """The reward of a final report under a deterministic rubric; None when it needs the LLM judge."""
+    if not rubric.is_deterministic:
+        return None
+    _, score_deterministic = _judge()
+    return score_deterministic(rubric, report, prompt=prompt)
+
+
+def score_trajectory_llm(
+    trajectory: Trajectory, rubric, *, model: str, api_base: str | None = None
+) -> RewardBreakdown:
+    """Score with the LLM judge, blocking (for ``judge: inline`` outside an event loop)."""
+    import asyncio
+
+    from agentrl.judge import Judge, JudgeConfig
+
+    cfg: dict[str, Any] = {"model": model}
+    if api_base:
+        cfg["api_base"] = api_base
+    return asyncio.run(Judge(JudgeConfig(**cfg)).score(trajectory, rubric))

@@ -1,0 +1,75 @@
+"""The generated sandbox web: a seeded world of fictional companies, rendered as pages and tasks.
+
+``build(out_dir, seed=..., companies=...)`` writes ``corpus.jsonl``, ``tasks.jsonl`` and
+``env.yaml``; ``materialize(seed, companies)`` builds once into the cache directory and returns it.
+Both are deterministic: the same seed and size give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GENERATOR_VERSION", "build", "materialize"]
+
+#: Bump when the generator's output changes, so cached builds are not reused.
+GENERATOR_VERSION = 1
+
+_ENV_YAML = """\
+# Generated sandbox suite (agentrl sandbox build). Defaults for the env; a run's config overrides them.
+search: {backend: sandbox}
+fetch: {backend: sandbox}
+budgets: {max_turns: 8, max_tool_calls: 16}
+"""
+
+
+def build(out_dir: str | os.PathLike[str], *, seed: int = 0, companies: int = 50) -> dict[str, Any]:
+    """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind and family)."""
+    from agentrl.env.sandbox.pages import render_company
+    from agentrl.env.sandbox.tasks import make_tasks
+    from agentrl.env.sandbox.world import make_world
+
+    if companies < 1:
+        raise ValueError("companies must be at least 1")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    world = make_world(seed, companies)
+    page_rng, task_rng = random.Random(seed * 7919 + 1), random.Random(seed * 104729 + 2)
+    pages: list[dict[str, Any]] = []
+    tasks: list[dict[str, Any]] = []
+    for comp in world:
+        cp = render_company(comp, page_rng)
+        pages.extend(cp)
+        tasks.extend(make_tasks(comp, {p["id"]: p for p in cp}, task_rng))
+    tmp = out / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for p in pages:
+            f.write(json.dumps(p, ensure_ascii=False, sort_keys=True) + "\n")
+    with (tmp / "tasks.jsonl").open("w", encoding="utf-8") as f:
+        for t in tasks:
+            f.write(json.dumps(t, ensure_ascii=False, sort_keys=True) + "\n")
+    (tmp / "env.yaml").write_text(_ENV_YAML, encoding="utf-8")
+    for name in ("corpus.jsonl", "env.yaml", "tasks.jsonl"):  # tasks last: its presence marks a full build
+        (tmp / name).replace(out / name)
+    tmp.rmdir()
+    kinds: dict[str, int] = {}
+    for p in pages:
+        kinds[p["kind"]] = kinds.get(p["kind"], 0) + 1
+    families: dict[str, int] = {}
+    for t in tasks:
+        families[t["family"]] = families.get(t["family"], 0) + 1
+    return {"pages": len(pages), "tasks": len(tasks), "kinds": kinds, "families": families, "out": str(out)}
+
+
+def materialize(seed: int = 0, companies: int = 50) -> Path:
+    """The directory of the sandbox for ``(seed, companies)``, built into the cache on first use."""
+    from agentrl.env.suite import cache_dir
+
+    out = cache_dir() / "sandbox" / f"v{GENERATOR_VERSION}-seed{seed}-c{companies}"
+    if not (out / "tasks.jsonl").exists():
+        build(out, seed=seed, companies=companies)
+    return out

@@ -1,0 +1,208 @@
+"""A suite on disk: ``env.yaml`` (defaults), ``corpus.jsonl`` (pages) and ``tasks.jsonl`` (tasks).
+
+A directory holding a ``sandbox.yaml`` (``seed``, ``companies``) and no corpus is a generated
+sandbox: it is built deterministically on first use into the cache directory. The name ``sandbox``
+means the default generated suite.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agentrl.errors import ConfigError
+
+__all__ = [
+    "CorpusDoc",
+    "Suite",
+    "Task",
+    "cache_dir",
+    "load_suite",
+    "parse_date",
+    "read_tasks",
+]
+
+
+def cache_dir() -> Path:
+    """Where generated sandboxes and BM25 indexes live: ``$AGENTRL_CACHE`` or ``~/.cache/agentrl``."""
+    root = os.environ.get("AGENTRL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentrl"
+    )
+    return Path(root)
+
+
+def parse_date(value: str | dt.date | None) -> dt.date | None:
+    """An ISO date (``YYYY-MM-DD``, a longer ISO timestamp is cut to its date) or None."""
+    if value is None or isinstance(value, dt.date):
+        return value
+    return dt.date.fromisoformat(str(value)[:10])
+
+
+class CorpusDoc(BaseModel):
+    """One page of a suite's corpus; ``body`` is HTML or text according to ``content_type``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    url: str
+    title: str
+    date: str
+    content_type: Literal["text/html", "application/pdf", "text/plain"] = "text/html"
+    kind: str = "page"
+    body: str
+
+
+class Task(BaseModel):
+    """One task: the prompt, the env clock (``date``), the rubric and the ground truth."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    prompt: str
+    date: str
+    rubric: dict[str, Any] | str
+    """An inline rubric mapping, or a path to a rubric YAML relative to the suite directory."""
+    ground_truth: dict[str, Any] = {}
+    family: str = "default"
+    metadata: dict[str, Any] = {}
+
+    @property
+    def day(self) -> dt.date:
+        """The task date as a ``datetime.date``."""
+        d = parse_date(self.date)
+        assert d is not None
+        return d
+
+
+def read_tasks(path: Path) -> list[Task]:
+    """Read ``tasks.jsonl``; a bad line raises ``ConfigError`` naming ``path:line`` and the field."""
+    tasks = []
+    seen: set[str] = set()
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                task = Task.model_validate_json(line)
+                parse_date(task.date)
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+                raise ConfigError(f"{path}:{lineno}: {loc}: {err['msg']}") from None
+            except ValueError as e:
+                raise ConfigError(f"{path}:{lineno}: date: {e}") from None
+            if task.id in seen:
+                raise ConfigError(f"{path}:{lineno}: id: duplicate task id {task.id!r}")
+            seen.add(task.id)
+            tasks.append(task)
+    return tasks
+
+
+@dataclass
+class Suite:
+    """A loaded suite: its directory, env.yaml defaults, tasks, and the corpus path."""
+
+    root: Path
+    defaults: dict[str, Any]
+    tasks: list[Task]
+    corpus_path: Path | None
+
+    def task(self, task_or_id: str | Task | dict[str, Any]) -> Task:
+        """A task by id (or a ``Task``/dict passed through); ``ConfigError`` when unknown."""
+        if isinstance(task_or_id, Task):
+            return task_or_id
+        if isinstance(task_or_id, dict):
+            try:
+                return Task.model_validate(task_or_id)
+            except ValidationError as e:
+                raise ConfigError(f"options['task']: {e.errors()[0]['msg']}") from None
+        for t in self.tasks:
+            if t.id == task_or_id:
+                return t
+        raise ConfigError(f"{self.root}: no task with id {task_or_id!r}")
+
+    def rubric_data(self, task: Task) -> dict[str, Any] | str:
+        """The task's rubric as a mapping or YAML text (a path is read relative to the suite)."""
+        if isinstance(task.rubric, dict):
+            return task.rubric
+        path = (self.root / task.rubric).resolve()
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"task {task.id}: rubric: cannot read {path}: {e}") from None
+
+
+_SUITES: dict[str, Suite] = {}
+
+
+def _default_sandbox_dir() -> Path | None:
+    here = Path(__file__).resolve().parents[2] / "envs" / "sandbox"
+    return here if (here / "sandbox.yaml").exists() else None
+
+
+def load_suite(name_or_path: str | Path) -> Suite:
+    """Load (once per process) a suite directory, or the default generated sandbox for ``sandbox``."""
+    key = str(name_or_path)
+    if key in _SUITES:
+        return _SUITES[key]
+    import yaml
+
+    if key == "sandbox":
+        root = _default_sandbox_dir()
+        if root is None:  # installed without the repository's envs/: build the default sandbox
+            from agentrl.env.sandbox import materialize
+
+            root = materialize(seed=0, companies=50)
+    else:
+        root = Path(name_or_path)
+    if not root.is_dir():
+        raise ConfigError(f"suite {key!r}: not a directory (expected env.yaml, corpus.jsonl, tasks.jsonl)")
+    defaults: dict[str, Any] = {}
+    if (root / "env.yaml").exists():
+        try:
+            defaults = yaml.safe_load((root / "env.yaml").read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{root / 'env.yaml'}: not valid YAML: {e}") from None
+        if not isinstance(defaults, dict):
+            raise ConfigError(f"{root / 'env.yaml'}: must be a mapping")
+    data_dir = root
+    if (root / "sandbox.yaml").exists() and not (root / "tasks.jsonl").exists():
+        from agentrl.env.sandbox import materialize
+
+        spec = yaml.safe_load((root / "sandbox.yaml").read_text(encoding="utf-8")) or {}
+        try:
+            data_dir = materialize(seed=int(spec.get("seed", 0)), companies=int(spec.get("companies", 50)))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{root / 'sandbox.yaml'}: seed and companies must be integers: {e}") from None
+    tasks_path = data_dir / "tasks.jsonl"
+    if not tasks_path.exists():
+        raise ConfigError(f"suite {key!r}: {tasks_path} is missing")
+    corpus = data_dir / "corpus.jsonl"
+    suite = Suite(
+        root=data_dir if data_dir != root else root,
+        defaults=defaults,
+        tasks=read_tasks(tasks_path),
+        corpus_path=corpus if corpus.exists() else None,
+    )
+    _SUITES[key] = suite
+    return suite
+
+
+def read_corpus(path: Path) -> list[CorpusDoc]:
+    """Read ``corpus.jsonl``; a bad line raises ``ConfigError`` naming ``path:line``."""
+    docs = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                docs.append(CorpusDoc.model_validate(json.loads(line)))
+            except (ValidationError, ValueError) as e:
+                raise ConfigError(f"{path}:{lineno}: not a corpus document: {e}") from None
+    return docs

@@ -1,0 +1,66 @@
+"""A scripted oracle for sandbox tasks: search, open the official source, answer from it.
+
+With ``noise`` = p it opens, with probability p per episode, one of the task's distractors (a
+gossip page or an analyst preview visible at the task date) instead of the official release, and
+states that page's figure as fact, so rewards spread the way a real policy's would. At noise 0 it
+scores the rubric maximum on every sandbox task. Its turns are Hermes ``<tool_call>`` text (or
+OpenAI ``tool_calls`` with ``style="openai"``), so they exercise the env's parser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from typing import Any, Literal
+
+from agentrl.policy.base import EpisodeContext
+from agentrl.trajectory import FunctionCall, Message, ToolCall
+
+__all__ = ["OraclePolicy"]
+
+
+class OraclePolicy:
+    """The scripted solver; ``noise`` in [0, 1]."""
+
+    def __init__(self, noise: float = 0.0, style: Literal["hermes", "openai"] = "hermes"):
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError("noise must be in [0, 1]")
+        self.noise = noise
+        self.style = style
+        self.name = f"oracle(noise={noise:g})"
+
+    def _source(self, ctx: EpisodeContext) -> dict[str, Any] | None:
+        gt = ctx.ground_truth
+        official = gt.get("official")
+        visible = [d for d in gt.get("distractors", []) if d.get("date", "") <= ctx.date]
+        digest = hashlib.sha256(f"{ctx.seed}:{ctx.task_id}".encode()).digest()
+        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        if visible and rng.random() < self.noise:
+            return rng.choice(visible)
+        return official
+
+    def _call(self, name: str, args: dict[str, Any], turn: int) -> Message:
+        if self.style == "openai":
+            call = ToolCall(id=f"call_{turn}", function=FunctionCall(name=name, arguments=json.dumps(args)))
+            return Message(role="assistant", content="", tool_calls=[call])
+        body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+        return Message(role="assistant", content=f"<tool_call>\n{body}\n</tool_call>")
+
+    async def act(self, messages: list[Message], ctx: EpisodeContext) -> Message:
+        """Turn 1: search; turn 2: open the chosen source; turn 3: answer from it."""
+        turn = sum(1 for m in messages if m.role == "assistant")
+        gt = ctx.ground_truth
+        src = self._source(ctx)
+        if not gt or src is None:
+            return self._call("answer", {"report": "I could not find a reliable answer."}, turn)
+        if turn == 0:
+            return self._call("search", {"query": gt.get("query", ""), "k": 5}, turn)
+        if turn == 1:
+            return self._call("open_url", {"url": src["url"]}, turn)
+        template = gt["report"] if src.get("kind") == "official" else gt.get("rumor_report", gt["report"])
+        report = template.replace("<FIGURE>", src["figure"]).replace("<CITE>", src["id"])
+        return self._call("answer", {"report": report}, turn)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,213 @@
+"""Run many episodes concurrently and write their trajectories.
+
+asyncio with a bound on concurrent episodes: each episode borrows an env from a pool (envs share
+their backends and caches), asks the policy for turns, and steps the env in a worker thread so
+that slow tools never block the event loop. Finished trajectories go to the JSONL store as they
+complete; episodes already in the output (same trajectory id ``task#sample``) are skipped, so an
+interrupted run resumes where it stopped. Rubrics that need the LLM judge are scored in batches
+at the end when a judge model is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentrl.env import ResearchEnv
+from agentrl.env.config import EnvConfig
+from agentrl.env.suite import Task
+from agentrl.policy.base import EpisodeContext, Policy
+from agentrl.trajectory import Trajectory, TrajectoryStore, read_trajectories
+
+__all__ = ["RolloutSummary", "episode_seed", "run_episode", "run_rollout"]
+
+
+def episode_seed(seed: int, task_id: str, sample: int) -> int:
+    """A stable per-episode seed (independent of scheduling order)."""
+    digest = hashlib.sha256(f"{seed}:{task_id}:{sample}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass
+class RolloutSummary:
+    """What a rollout did: counts, mean reward and the env's error and truncation tallies."""
+
+    episodes: int = 0
+    skipped: int = 0
+    failed: int = 0
+    judged: int = 0
+    rewards: list[float] = field(default_factory=list)
+    tool_calls: int = 0
+    errors: int = 0
+    truncations: dict[str, int] = field(default_factory=dict)
+    judge_errors: int = 0
+    elapsed_s: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def mean_reward(self) -> float | None:
+        """Mean total reward of the scored episodes of this run (None when none was scored)."""
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+    def add(self, traj: Trajectory) -> None:
+        """Count one finished trajectory."""
+        self.episodes += 1
+        info = traj.info
+        self.tool_calls += int(info.get("tool_calls", 0))
+        self.errors += sum(
+            int(info.get(k, 0)) for k in ("format_errors", "unknown_tools", "arg_errors", "tool_errors")
+        )
+        reason = info.get("truncated_reason")
+        if reason:
+            self.truncations[reason] = self.truncations.get(reason, 0) + 1
+        if traj.reward is not None and traj.reward.total is not None:
+            self.rewards.append(traj.reward.total)
+        elif traj.reward is not None:
+            self.judge_errors += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {
+            "episodes": self.episodes,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "mean_reward": self.mean_reward,
+            "scored": len(self.rewards),
+            "tool_calls": self.tool_calls,
+            "tool_calls_per_episode": self.tool_calls / self.episodes if self.episodes else 0.0,
+            "errors": self.errors,
+            "truncations": self.truncations,
+            "judge_errors": self.judge_errors,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "episodes_per_s": round(self.episodes / self.elapsed_s, 2) if self.elapsed_s > 0 else None,
+        }
+
+
+def _unanswered(traj: Trajectory) -> Trajectory:
+    # A truncated episode has no report to grade: reward 0, with the reason, so training can use it.
+    from agentrl.trajectory import RewardBreakdown
+
+    reason = traj.info.get("truncated_reason") or "no answer"
+    traj.reward = RewardBreakdown(total=0.0, error=f"no final answer ({reason})")
+    return traj
+
+
+async def run_episode(env: ResearchEnv, policy: Policy, task: Task, sample: int, seed: int) -> Trajectory:
+    """One episode of ``task`` with ``policy`` on ``env``; returns its trajectory (id ``task#sample``)."""
+    ep_seed = episode_seed(seed, task.id, sample)
+    await asyncio.to_thread(env.reset, seed=ep_seed, options={"task": task})
+    ctx = EpisodeContext(
+        task_id=task.id, date=task.date, seed=ep_seed, tools=env.tools, ground_truth=task.ground_truth
+    )
+    done = False
+    while not done:
+        msg = await policy.act(list(env.messages), ctx)
+        _, _, terminated, truncated, _ = await asyncio.to_thread(env.step, msg)
+        done = terminated or truncated
+    traj = env.trajectory(id=f"{task.id}#{sample}")
+    traj.info["sample"] = sample
+    traj.info["seed"] = ep_seed
+    traj.info["policy"] = policy.name
+    if traj.reward is None and not traj.info.get("needs_judge"):
+        traj = _unanswered(traj)
+    return traj
+
+
+async def _judge_batch(
+    pending: list[tuple[Trajectory, Any]], model: str, api_base: str | None, concurrency: int
+):
+    from agentrl.judge import Judge, JudgeConfig
+
+    cfg: dict[str, Any] = {"model": model, "concurrency": concurrency}
+    if api_base:
+        cfg["api_base"] = api_base
+    judge = Judge(JudgeConfig(**cfg))
+    results = await judge.score_many(pending)
+    for (traj, _), bd in zip(pending, results, strict=True):
+        traj.reward = bd
+        traj.info["needs_judge"] = False
+
+
+async def run_rollout(
+    config: EnvConfig | dict[str, Any] | None,
+    policy: Policy,
+    out: str | Path,
+    *,
+    n: int = 1,
+    concurrency: int = 8,
+    seed: int = 0,
+    tasks: list[str] | None = None,
+    limit: int | None = None,
+    judge_model: str | None = None,
+    judge_api_base: str | None = None,
+    on_done: Callable[[Trajectory | None], None] | None = None,
+) -> RolloutSummary:
+    """Run ``n`` samples of every task of the suite (or of ``tasks``), ``concurrency`` at a time.
+
+    Trajectories are appended to ``out`` as they finish; pairs already there are skipped.
+    ``on_done`` is called once per finished (or failed, with None) episode, for progress bars.
+    """
+    t0 = time.monotonic()
+    first = ResearchEnv(config)
+    suite_tasks = first.suite.tasks
+    if tasks:
+        wanted = set(tasks)
+        suite_tasks = [t for t in suite_tasks if t.id in wanted]
+    if limit is not None:
+        suite_tasks = suite_tasks[:limit]
+    out = Path(out)
+    done_ids = {t.id for t in read_trajectories(out)} if out.exists() else set()
+    summary = RolloutSummary()
+    todo = []
+    for task in suite_tasks:
+        for s in range(n):
+            if f"{task.id}#{s}" in done_ids:
+                summary.skipped += 1
+            else:
+                todo.append((task, s))
+    pool: asyncio.Queue[ResearchEnv] = asyncio.Queue()
+    pool.put_nowait(first)
+    for _ in range(min(concurrency, max(1, len(todo))) - 1):
+        pool.put_nowait(ResearchEnv(config))
+    store = TrajectoryStore(out)
+    deferred: list[tuple[Trajectory, Any]] = []
+
+    async def one(task: Task, sample: int) -> None:
+        env = await pool.get()
+        try:
+            traj = await run_episode(env, policy, task, sample, seed)
+            rubric = env.rubric
+        except Exception as e:  # a policy/server failure loses this episode only; resume retries it
+            summary.failed += 1
+            summary.failures.append(f"{task.id}#{sample}: {type(e).__name__}: {e}")
+            if on_done:
+                on_done(None)
+            return
+        finally:
+            pool.put_nowait(env)
+        if traj.info.get("needs_judge") and judge_model:
+            deferred.append((traj, rubric))
+        else:
+            store.append(traj)
+            summary.add(traj)
+        if on_done:
+            on_done(traj)
+
+    try:
+        await asyncio.gather(*(one(t, s) for t, s in todo))
+        if deferred:
+            await _judge_batch(deferred, judge_model or "", judge_api_base, concurrency)
+            for traj, _ in deferred:
+                store.append(traj)
+                summary.add(traj)
+                summary.judged += 1
+    finally:
+        store.close()
+        await policy.aclose()
+    summary.elapsed_s = time.monotonic() - t0
+    return summary
