@@ -316,7 +316,11 @@ class ResearchEnv(gymnasium.Env[str, str]):
                 }
 
             sargs = {"query": args["query"], "k": args["k"]}
-            res = self._cache.call("search", sargs, before, run_search) if self._cache else run_search()
+            res = (
+                self._cache.call("search", sargs, before, run_search)
+                if self._cache is not None
+                else run_search()
+            )
             from agentrl.env.backends.base import Hit
 
             return render_search(args["query"], [Hit(**h) for h in res["hits"]])
@@ -327,5 +331,5 @@ class ResearchEnv(gymnasium.Env[str, str]):
             return self._fetch.fetch(args["url"], before=before).to_dict()
 
         fargs = {"url": args["url"]}
-        res = self._cache.call("fetch", fargs, before, run_fetch) if self._cache else run_fetch()
+        res = self._cache.call("fetch", fargs, before, run_fetch) if self._cache is not None else run_fetch()
         return render_page(Page(**res), args["page"], self.config.page_chars)
