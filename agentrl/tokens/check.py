@@ -40,46 +40,63 @@ class SegmentDiff:
 
 
 def _reference(exp: Expander, traj: Trajectory, ids: list[int], segments: list[Segment], forks: list[int]):
-    """(got ids, expected ids, segments) cut at the first fork or at a turn cut by the length limit."""
+    """(got ids, expected ids, segments) to compare. With a fork at message f, the comparison stops
+    at the end of the last turn before f (the template rewrites history from there on); with no
+    turn before f, or for a turn cut by the length limit, it covers the context before that turn."""
     t = exp.template
     msgs = traj.messages
     tm = [message_to_template(m, exp.tool_arguments) for m in msgs]
     gen_segs = [s for s in segments if s.kind in ("sampled", "retokenized")]
-    cut_msg: int | None = None
+    end: int | None = None
     if forks:
         before = [s for s in gen_segs if s.message_index < forks[0]]
-        cut_msg = before[-1].message_index if before else None
-        if cut_msg is None:
-            return [], [], []
+        after = [s for s in gen_segs if s.message_index >= forks[0]]
+        if before:
+            end = before[-1].end
+            text = t.render(tm[: before[-1].message_index + 1], add_generation_prompt=False)
+            if exp.tail and text.endswith(exp.tail):
+                text = text[: -len(exp.tail)]
+        elif after:
+            end = after[0].start
+            text = t.render(tm[: after[0].message_index], add_generation_prompt=True)
     elif (
         gen_segs
         and gen_segs[-1].kind == "sampled"
         and msgs[gen_segs[-1].message_index].finish_reason == "length"
     ):
-        cut_msg = gen_segs[-1].message_index
-    if cut_msg is None:
-        text = t.render(tm, add_generation_prompt=False)
+        end = gen_segs[-1].start
+        text = t.render(tm[: gen_segs[-1].message_index], add_generation_prompt=True)
+    if end is None:
         got = list(ids)
+        expected = t.encode(t.render(tm, add_generation_prompt=False))
     else:
-        end = next(s.end for s in gen_segs if s.message_index == cut_msg)
-        text = t.render(tm[: cut_msg + 1], add_generation_prompt=False)
-        if exp.tail and text.endswith(exp.tail):
-            text = text[: -len(exp.tail)]
         got = list(ids[:end])
+        expected = t.encode(text)
         segments = [s for s in segments if s.start < end]
-    expected = t.encode(text)
-    # A sampled stop token that the render leaves out (the end of the text, or a next-role header
-    # that the render writes only when a message follows) is not a difference.
-    if got and got[-1] in exp.stop_ids and (not expected or expected[-1] != got[-1]):
-        got = got[:-1]
+        # the turn's sampled stop token, whose tail the cut render leaves out, is not a difference
+        if got and got[-1] in exp.stop_ids and (not expected or expected[-1] != got[-1]):
+            got = got[:-1]
     return got, expected, segments
 
 
 def segment_diffs(
-    exp: Expander, traj: Trajectory, ids: list[int], segments: list[Segment], forks: list[int], mode: str
+    exp: Expander,
+    traj: Trajectory,
+    ids: list[int],
+    segments: list[Segment],
+    forks: list[int],
+    mode: str,
+    extra_stops: list[int] = (),  # type: ignore[assignment]
 ) -> list[SegmentDiff]:
-    """The differences between the row and the full render that ``mode`` does not allow."""
-    got, expected, segments = _reference(exp, traj, ids, segments, forks)
+    """The differences between the row and the full render that ``mode`` does not allow.
+
+    ``extra_stops`` are positions of sampled stop tokens that the template does not write (an EOS
+    the render leaves out, a next-role header at the end); they are not differences."""
+    got_all, expected, segments = _reference(exp, traj, ids, segments, forks)
+    skip = set(extra_stops)
+    where = [i for i in range(len(got_all)) if i not in skip]  # position in got -> position in row
+    got = [got_all[i] for i in where]
+    where.append(len(got_all))
     dec = exp.template.decode
     p = 0
     while p < min(len(got), len(expected)) and got[p] == expected[p]:
@@ -96,12 +113,13 @@ def segment_diffs(
         if op == "equal":
             continue
         a, b = p + i1, p + i2
-        seg = next((x for x in segments if x.start <= a < x.end), None) or next(
-            (x for x in reversed(segments) if x.start <= max(a - 1, 0)), segments[-1] if segments else None
+        ra, rb = where[a], where[b - 1] + 1 if b > a else where[a]
+        seg = next((x for x in segments if x.start <= ra < x.end), None) or next(
+            (x for x in reversed(segments) if x.start <= max(ra - 1, 0)), segments[-1] if segments else None
         )
         got_text, exp_text = dec(got[a:b]), dec(expected[p + j1 : p + j2])
         same = got_text == exp_text
-        inside_sampled = seg is not None and seg.kind == "sampled" and b <= seg.end
+        inside_sampled = seg is not None and seg.kind == "sampled" and rb <= seg.end
         if same and inside_sampled:
             continue  # a non-canonical split of the same text, kept as sampled
         if mode == "ignore_whitespace" and "".join(got_text.split()) == "".join(exp_text.split()):
@@ -111,7 +129,7 @@ def segment_diffs(
                 kind=seg.kind if seg else "?",
                 message_index=seg.message_index if seg else -1,
                 turn=seg.turn if seg else -1,
-                start=a,
+                start=ra,
                 got=got_text,
                 expected=exp_text,
                 same_text=same,

@@ -170,11 +170,18 @@ class Expander:
                 p.ids = next(encoded)
         ids: list[int] = []
         spans: list[tuple[_Piece, int, int]] = []
-        for p in pieces:
+        extra: list[int] = []  # sampled stop tokens that the template itself does not write
+        for k, p in enumerate(pieces):
             pid = p.ids or []
             if p.drop_first is not None and pid and pid[0] == p.drop_first and pid[0] in t.added_ids:
                 pid = pid[1:]  # the sampled stop token is also the template's next token: keep one
                 p.ids = pid
+            elif p.drop_first is not None and p.drop_first in self.stop_ids:
+                extra.append(len(ids) - 1)
+            if p.kind == "sampled" and pid and pid[-1] in self.stop_ids:
+                nxt = pieces[k + 1] if k + 1 < len(pieces) else None
+                if nxt is None or nxt.drop_first is None:
+                    extra.append(len(ids) + len(pid) - 1)
             spans.append((p, len(ids), len(ids) + len(pid)))
             ids.extend(pid)
         n = len(ids)
@@ -196,13 +203,18 @@ class Expander:
             segments.append(
                 Segment(p.kind, p.message_index, a, b, p.turn if p.kind in ("sampled", "retokenized") else -1)
             )
-        return ids, loss, logp, turns, segments
+        return ids, loss, logp, turns, segments, extra
 
     def _expand(
-        self, traj: Trajectory, turn_rewards: Sequence[float] | None, check: CheckMode
+        self,
+        traj: Trajectory,
+        turn_rewards: Sequence[float] | None,
+        check: CheckMode,
+        max_len: int | Literal["default"] | None = "default",
     ) -> TokenizedTrajectory:
+        max_len = self.max_len if max_len == "default" else max_len
         pieces, cut_by_length, _ = self._plan(traj)
-        ids, loss, logp, turns, segments = self._assemble(pieces)
+        ids, loss, logp, turns, segments, extra = self._assemble(pieces)
         forks = self.find_forks(traj)
         if forks and self.on_fork == "error":
             raise ForkError(
@@ -212,7 +224,7 @@ class Expander:
         if check != "off":
             from agentrl.tokens.check import format_diffs, segment_diffs
 
-            diffs = segment_diffs(self, traj, ids, segments, forks, check)
+            diffs = segment_diffs(self, traj, ids, segments, forks, check, extra)
             if diffs:
                 raise TokenCheckError(f"trajectory {traj.id!r} ({check}): " + format_diffs(diffs))
         truncated = cut_by_length
@@ -282,13 +294,15 @@ class Expander:
         """Message indices from which a full re-render of the history differs from the appended
         sequence (only for templates the self-test found not append-only). O(turns) renders at most."""
         rep = self.report
-        if not (rep.strips_reasoning or rep.rewrites_assistant or rep.reserialises_tool_json):
+        if rep.append_only:
             return []
         msgs = traj.messages
         asst = [i for i, m in enumerate(msgs) if m.role == "assistant"]
         forks: set[int] = set()
         if rep.rewrites_assistant:
             forks.update(i + 1 for i in asst[:-1])
+        if rep.generation_prompt_differs:
+            forks.update(asst)
         if rep.strips_reasoning:
             seen_reasoning = False
             for i, m in enumerate(msgs):

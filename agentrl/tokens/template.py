@@ -164,12 +164,20 @@ class ChatTemplate:
         ctx = [self.ctx_system(), self.ctx_user()]
         prefix = self._cached("su", ctx, True)
         text = self.render([*ctx, message], False)
-        if not text.startswith(prefix):
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+        plain = self._cached("su", ctx, False)
+        if not text.startswith(plain):
             raise TemplateError(
-                "the template does not write an assistant message as generation prompt + content "
-                f"(expected it to start with {prefix[-40:]!r}); cannot retokenize turns without token_ids"
+                "the template changes earlier messages when an assistant message follows; cannot "
+                "retokenize turns without token_ids"
             )
-        return text[len(prefix) :]
+        # The generation prompt is not how this template writes a finished turn (an empty think block
+        # in the prompt only, say): the turn is what follows the text both share.
+        k = len(plain)
+        while k < min(len(text), len(prefix)) and text[k] == prefix[k]:
+            k += 1
+        return text[k:]
 
     def renders_arguments_verbatim(self, message: dict[str, Any], raw_arguments: list[str]) -> bool:
         """Whether the template prints each tool call's arguments exactly as the policy wrote them."""

@@ -176,3 +176,9 @@ def make_tokenizer(family: Family = "chatml"):  # type: ignore[no-untyped-def]
     else:
         raise ValueError(f"unknown template family {family!r}")
     return tok
+
+
+@functools.cache
+def make_tokenizer_cached(family: Family = "chatml"):  # type: ignore[no-untyped-def]
+    """A shared (do not mutate) tokenizer of ``family``, built once per process."""
+    return make_tokenizer(family)
