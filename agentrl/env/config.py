@@ -40,6 +40,8 @@ class FetchConfig(_Strict):
     backend: Literal["sandbox", "http"] = "sandbox"
     allow_private: bool = False
     """Opt out of the SSRF guard (for a user's own intranet corpus)."""
+    allow_addresses: list[str] = Field(default_factory=list)
+    """Non-public ``ip`` or ``ip:port`` let through the guard one by one (narrower than ``allow_private``)."""
     timeout_s: float = 10.0
     max_bytes: int = 5_000_000
     max_redirects: int = 5

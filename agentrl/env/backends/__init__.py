@@ -64,5 +64,5 @@ def make_backends(
     if config.fetch.backend == "http":
         from agentrl.env.backends.http_fetch import HttpFetch
 
-        fetch = HttpFetch(config.fetch)
+        fetch = HttpFetch(config.fetch, exempt=tuple(config.fetch.allow_addresses))
     return search, fetch, cache
