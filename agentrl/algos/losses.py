@@ -45,8 +45,9 @@ def agg_loss(
       ``norm`` defaulting to T = mask.shape[-1]; keep it constant across steps.
 
     Sequences with no policy token are left out of the sequence means. ``denominator`` replaces
-    the local count (of tokens for token-mean, of sequences for the seq-mean modes) so that
-    micro-batches of one gradient-accumulation step add up to the loss of the whole mini-batch.
+    the local divisor (the token count for token-mean, the sequence count for the seq-mean modes,
+    ``norm`` for seq-mean-token-sum-norm) so that the micro-batches of one gradient-accumulation
+    step add up to the loss of the whole mini-batch.
     """
     m = mask.to(loss_mat.dtype)
     lm = torch.where(mask.bool(), loss_mat, torch.zeros((), dtype=loss_mat.dtype, device=loss_mat.device))
@@ -57,7 +58,9 @@ def agg_loss(
     tokens_per_seq = m.sum(-1)
     seq_sum = lm.sum(-1)
     if mode == "seq-mean-token-sum-norm":
-        return seq_sum.sum() / (mask.shape[-1] if norm is None else norm)
+        if denominator is None:
+            denominator = mask.shape[-1] if norm is None else norm
+        return seq_sum.sum() / denominator
     if mode == "seq-mean-token-sum":
         seq_loss = seq_sum
     elif mode == "seq-mean-token-mean":

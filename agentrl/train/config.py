@@ -1,0 +1,200 @@
+"""The training config: one typed, validated object with a default and a description for every field.
+
+``agentrl train CONFIG.yaml`` loads a YAML file into ``TrainConfig``; unknown keys are errors that
+name the file, line and field. ``agentrl train --print-config`` shows every field with its default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentrl.errors import ConfigError
+
+__all__ = [
+    "AlgorithmConfig",
+    "JudgeSettings",
+    "ModelConfig",
+    "OptimConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "load_train_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    path: str = Field(
+        "tiny:",
+        description="a local path or hub id of a causal LM, or 'tiny:' (optionally 'tiny:layers=2,hidden=64') "
+        "to build a small random model from a config",
+    )
+    tokenizer: str | None = Field(
+        None, description="tokenizer path or id; default: the model's, or for 'tiny:' one trained in-process"
+    )
+    tokenizer_vocab_size: int = Field(2048, ge=300, description="vocabulary size of an in-process tokenizer")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="parameter dtype: auto = bfloat16 autocast on GPU, float32 on CPU"
+    )
+    critic_backbone: Literal["separate", "shared"] = Field(
+        "separate", description="the critic's backbone: a separate copy of the policy, or the policy's own"
+    )
+    gradient_checkpointing: bool = Field(False, description="recompute activations in backward (GPU memory)")
+    lora_rank: int = Field(0, ge=0, description="LoRA rank via peft; 0 = full fine-tuning")
+
+
+class RolloutConfig(_Strict):
+    suite: str = Field(
+        "sandbox", description="environment suite: 'sandbox' (embedded default) or a suite dir"
+    )
+    env: dict[str, Any] = Field(
+        default_factory=dict, description="env.yaml overrides (budgets, tool_format, ...)"
+    )
+    tasks_per_step: int = Field(8, ge=1, description="distinct tasks per training step")
+    group_size: int = Field(4, ge=1, description="samples per task (GRPO's group size n)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
+    max_turns: int = Field(4, ge=1, description="assistant turns per episode")
+    max_new_tokens: int = Field(64, ge=1, description="tokens per assistant turn")
+    max_len: int = Field(1024, ge=16, description="tokens per trajectory (prompt + turns + observations)")
+    concurrency: int = Field(8, ge=1, description="episodes stepped concurrently")
+    backend: Literal["local", "ray"] = Field("local", description="where env workers run")
+
+
+class JudgeSettings(_Strict):
+    rubric: str | None = Field(None, description="rubric YAML; default: each task's own rubric")
+    model: str | None = Field(
+        None, description="LLM judge model (litellm name); None = deterministic graders only"
+    )
+    api_base: str | None = Field(None, description="OpenAI-compatible endpoint of the judge")
+    concurrency: int = Field(16, ge=1, description="concurrent judge calls")
+    normalize: bool = Field(
+        True, description="train on the rubric's normalized [0, 1] score rather than the weighted sum"
+    )
+
+
+class AlgorithmConfig(_Strict):
+    name: Literal["ppo", "grpo", "rloo", "reinforce_pp"] = Field("grpo", description="advantage estimator")
+    gamma: float = Field(1.0, ge=0, le=1, description="discount γ")
+    lam: float = Field(0.95, ge=0, le=1, description="GAE λ (PPO)")
+    norm_adv_by_std: bool = Field(True, description="GRPO: divide by the group std (False = Dr. GRPO)")
+    whiten_advantages: bool = Field(True, description="PPO: whiten GAE advantages over the batch")
+    clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1")
+    clip_high: float = Field(0.28, ge=0, description="PPO ratio clip above 1 (clip-higher)")
+    clip_c: float | None = Field(
+        3.0, gt=1, description="dual-clip constant for negative advantages; null = off"
+    )
+    value_clip: float | None = Field(0.5, ge=0, description="value-loss clip range; null = off")
+    kl_kind: str = Field("k3", description="KL estimator: k1, abs, k2, k3 (+ suffix = straight-through)")
+    kl_in_reward: bool = Field(False, description="subtract β·KL from token rewards (PPO style)")
+    kl_loss_coef: float = Field(0.0, ge=0, description="β of a KL loss term (GRPO style); 0 = none")
+    kl_coef: float = Field(0.001, ge=0, description="β of KL in reward (initial value when adaptive)")
+    kl_target: float | None = Field(None, gt=0, description="adaptive KL controller target; null = fixed β")
+    kl_horizon: float = Field(10000, gt=0, description="adaptive KL controller horizon")
+    entropy_coef: float = Field(0.0, description="entropy bonus coefficient")
+    vf_coef: float = Field(1.0, ge=0, description="value-loss weight (shared critic backbone)")
+    loss_agg: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = Field("token-mean", description="loss aggregation mode")
+    ppo_epochs: int = Field(1, ge=1, description="passes over each batch")
+    mini_batch_size: int = Field(16, ge=1, description="trajectories per optimiser step")
+    micro_batch_tokens: int = Field(4096, ge=16, description="token budget of one forward/backward (packing)")
+    recompute_old_logprobs: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="recompute old log-probs with a forward pass: auto = where the rollout's are unknown "
+        "or were sampled at a temperature other than 1",
+    )
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(1e-5, ge=0, description="actor learning rate")
+    critic_lr: float = Field(1e-5, ge=0, description="critic learning rate")
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = Field((0.9, 0.999))
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="after warm-up")
+    grad_clip: float = Field(1.0, gt=0, description="max gradient norm")
+
+
+class TrainConfig(_Strict):
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    steps: int = Field(20, ge=0, description="training steps (rollout → judge → expand → update)")
+    sft_steps: int = Field(
+        0, ge=0, description="supervised warm-start steps on oracle trajectories before RL"
+    )
+    sft_noise: float = Field(0.3, ge=0, le=1, description="oracle noise for the warm-start data")
+    sft_lr: float = Field(1e-3, ge=0, description="learning rate of the warm start")
+    seed: int = Field(0, description="seed of models, sampling and task order")
+    output_dir: str = Field("runs/train", description="metrics.jsonl, trajectories, checkpoints, plots")
+    checkpoint_every: int = Field(0, ge=0, description="save a checkpoint every k steps; 0 = at the end only")
+    device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
+    log_tensorboard: bool = Field(False, description="also log to TensorBoard (when installed)")
+    log_wandb: bool = Field(False, description="also log to Weights & Biases (when installed)")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.algorithm.name in ("grpo", "rloo") and self.rollout.group_size < 2:
+            raise ValueError(
+                f"{self.algorithm.name} compares samples of one task: rollout.group_size must be ≥ 2"
+            )
+        return self
+
+
+def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Load a YAML config; errors name ``file:line:column`` and the dotted field."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a training config must be a mapping")
+    for key, value in (overrides or {}).items():
+        cur = data
+        *parents, last = key.split(".")
+        for p in parents:
+            cur = cur.setdefault(p, {})
+        cur[last] = value
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        line, col = _locate(node, loc)
+        where = f"{path}:{line}:{col}" if line else str(path)
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{where}: {'.'.join(loc) or '<root>'}: {msg}") from None
+
+
+def _locate(node: Any, loc: list[str]) -> tuple[int, int]:
+    """Line and column (1-based) of the deepest existing key on ``loc`` in a composed YAML tree."""
+    import yaml
+
+    found = (0, 0)
+    for key in loc:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        for k, v in node.value:
+            if k.value == key:
+                found = (k.start_mark.line + 1, k.start_mark.column + 1)
+                node = v
+                break
+        else:
+            break
+    return found

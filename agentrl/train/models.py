@@ -1,0 +1,106 @@
+"""Policy, reference and critic models on transformers.
+
+``tiny:`` specs build a small random causal LM from a config (tests and the CPU quickstart, no
+download). The critic is the policy's architecture with a scalar value head, on a separate copy of
+the backbone or on the policy's own hidden states.
+
+Shift convention (DESIGN.md, "Token conventions"): the model output at position t − 1 has seen
+tokens < t, so it gives log p(token t) and the critic's V(s_t) — the value *before* token t.
+Position 0 has no prediction and gets 0.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentrl.errors import ConfigError
+
+__all__ = ["ValueModel", "build_tiny_model", "frozen_copy", "parse_tiny_spec", "shifted"]
+
+_TINY_KEYS = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 0, "max_positions": 4096}
+
+
+def parse_tiny_spec(spec: str) -> dict[str, int]:
+    """``'tiny:'`` or ``'tiny:layers=2,hidden=64'`` → the architecture sizes (unknown keys are errors)."""
+    body = spec.removeprefix("tiny:")
+    sizes = dict(_TINY_KEYS)
+    for part in filter(None, (p.strip() for p in body.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key not in _TINY_KEYS or not value.isdigit():
+            raise ConfigError(
+                f"model.path {spec!r}: expected 'tiny:' followed by key=int pairs among {', '.join(_TINY_KEYS)}"
+            )
+        sizes[key] = int(value)
+    sizes["intermediate"] = sizes["intermediate"] or 2 * sizes["hidden"]
+    return sizes
+
+
+def build_tiny_model(vocab_size: int, spec: str = "tiny:", seed: int = 0) -> nn.Module:
+    """A randomly initialised Qwen2-architecture causal LM with the sizes of ``spec``."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    s = parse_tiny_spec(spec)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=s["hidden"],
+        intermediate_size=s["intermediate"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["kv_heads"],
+        max_position_embeddings=s["max_positions"],
+        tie_word_embeddings=True,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(cfg)
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A deep copy with gradients off and in eval mode (the reference policy)."""
+    ref = copy.deepcopy(model)
+    ref.requires_grad_(False)
+    return ref.eval()
+
+
+def shifted(x: torch.Tensor) -> torch.Tensor:
+    """[B, T] outputs at positions 0..T−1 → [B, T] predictions for tokens 0..T−1 (0 for token 0)."""
+    return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)
+
+
+class ValueModel(nn.Module):
+    """A transformer backbone with a scalar head: ``values[:, t]`` = V(s_t), shape [B, T].
+
+    ``backbone`` is a base model returning ``last_hidden_state`` (for a separate critic), or a causal
+    LM whose last hidden state is read (``shared=True``, the head sits on the policy's features).
+    """
+
+    def __init__(self, backbone: nn.Module, hidden_size: int, shared: bool = False) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.shared = shared
+        self.head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.head.weight)  # start from V = 0: no prior on the reward scale
+        nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_policy(cls, policy: nn.Module, shared: bool = False) -> ValueModel:
+        """A critic of the policy's architecture: a copy of its backbone, or (shared) the policy itself."""
+        hidden = policy.config.hidden_size
+        if shared:
+            return cls(policy, hidden, shared=True)
+        base = getattr(policy, policy.base_model_prefix, None)
+        if base is None:
+            raise ConfigError(f"cannot find the backbone of {type(policy).__name__} to build a critic")
+        return cls(copy.deepcopy(base), hidden)
+
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        if self.shared:
+            out = self.backbone(input_ids=input_ids, output_hidden_states=True, **kwargs)
+            hidden = out.hidden_states[-1]
+        else:
+            hidden = self.backbone(input_ids=input_ids, **kwargs).last_hidden_state
+        return shifted(self.head(hidden.to(self.head.weight.dtype)).squeeze(-1))

@@ -1,0 +1,282 @@
+"""One RL update over a batch of expanded trajectories, in the order the trainer runs it:
+forward passes (log-probs, values) → advantages → actor and critic steps.
+
+A batch is the dict of ``agentrl.tokens.collate`` ([B, T] tensors: ``input_ids``, ``attention_mask``,
+``position_ids``, ``loss_mask``, ``old_logprobs``, ``token_level_scores``) to which these functions
+add ``values``, ``ref_logprobs``, ``token_level_rewards``, ``advantages`` and ``returns``.
+All losses are normalised by the whole mini-batch (``agg_loss``'s ``denominator``), so gradient
+accumulation over micro-batches gives the gradient of the mini-batch loss exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from agentrl.algos import (
+    AdaptiveKLController,
+    FixedKLController,
+    agg_loss,
+    apply_kl_penalty,
+    entropy_from_logits,
+    explained_variance,
+    gae,
+    grpo_advantages,
+    kl_penalty,
+    logprobs_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_whiten,
+    policy_loss,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    value_loss,
+)
+from agentrl.train.config import AlgorithmConfig
+
+__all__ = [
+    "compute_advantages",
+    "forward_logprobs",
+    "forward_values",
+    "micro_batches",
+    "update_actor",
+    "update_critic",
+]
+
+Batch = dict[str, torch.Tensor]
+
+# Metrics that are parts of the mini-batch loss (summed over micro-batches); the rest are token means.
+_SUMMED = {"actor/pg_loss", "actor/kl_loss", "actor/entropy"}
+
+
+def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
+    return {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+
+
+def forward_logprobs(
+    model: nn.Module, batch: Batch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(token t | tokens < t) at temperature ``temperature``, and optionally the entropy of that
+    distribution: ([B, T], [B, T] or None), 0 at t = 0 (the logits at t − 1 predict token t)."""
+    logits = model(**_inputs(batch)).logits[:, :-1]
+    if temperature != 1.0:
+        logits = logits / temperature
+    lp = logprobs_from_logits(logits, batch["input_ids"][:, 1:])
+    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    if not with_entropy:
+        return lp, None
+    ent = entropy_from_logits(logits.float())
+    return lp, torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
+
+
+def forward_values(critic: nn.Module, batch: Batch) -> torch.Tensor:
+    """The critic's V(s_t) for every token: [B, T] (float32)."""
+    return critic(**_inputs(batch)).float()
+
+
+def _trajectory_scores(batch: Batch, rewards: torch.Tensor) -> torch.Tensor:
+    return masked_sum(rewards, batch["loss_mask"], dim=-1)
+
+
+def compute_advantages(
+    batch: Batch,
+    cfg: AlgorithmConfig,
+    group_ids: Sequence[Hashable] | torch.Tensor,
+    kl_controller: FixedKLController | AdaptiveKLController | None = None,
+) -> dict[str, float]:
+    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``; returns metrics.
+
+    KL in the reward (``cfg.kl_in_reward``) needs ``old_logprobs`` and ``ref_logprobs``; PPO needs
+    ``values``. GRPO / RLOO use each trajectory's summed reward, compared within ``group_ids``.
+    """
+    mask = batch["loss_mask"]
+    scores = batch["token_level_scores"].float()
+    metrics: dict[str, float] = {}
+    if cfg.kl_in_reward:
+        if kl_controller is None:
+            raise ValueError("kl_in_reward needs a KL controller")
+        rewards, kl_metrics = apply_kl_penalty(
+            scores, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_controller, cfg.kl_kind
+        )
+        metrics.update(kl_metrics)
+    else:
+        rewards = scores
+    batch["token_level_rewards"] = rewards
+    if cfg.name == "ppo":
+        adv, ret = gae(rewards, batch["values"], mask, cfg.gamma, cfg.lam)
+        batch["returns"] = ret
+        if cfg.whiten_advantages:
+            adv = masked_whiten(adv, mask) * mask
+    elif cfg.name == "grpo":
+        adv = grpo_advantages(
+            _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std
+        )
+    elif cfg.name == "rloo":
+        adv = rloo_advantages(_trajectory_scores(batch, rewards), group_ids, mask)
+    else:
+        adv = reinforce_pp_advantages(rewards, mask, cfg.gamma)
+    batch["advantages"] = adv
+    if "returns" not in batch:
+        batch["returns"] = adv.clone()
+    metrics["critic/advantages/mean"] = masked_mean(adv, mask).item()
+    metrics["critic/advantages/max"] = adv[mask.bool()].max().item() if mask.any() else 0.0
+    metrics["critic/advantages/min"] = adv[mask.bool()].min().item() if mask.any() else 0.0
+    metrics["critic/rewards/mean"] = _trajectory_scores(batch, rewards).mean().item()
+    return metrics
+
+
+def micro_batches(batch: Batch, rows: torch.Tensor, token_budget: int) -> Iterator[Batch]:
+    """Split ``rows`` (indices into the batch) into micro-batches of at most ``token_budget`` padded
+    tokens, trimming each to its longest row. Rows are taken in length order to waste little padding."""
+    lengths = batch["attention_mask"][rows].sum(-1)
+    order = rows[torch.argsort(lengths, descending=True)]
+    start = 0
+    while start < len(order):
+        longest = int(batch["attention_mask"][order[start]].sum())
+        n = max(1, token_budget // max(longest, 1))
+        idx = order[start : start + n]
+        width = int(batch["attention_mask"][idx].sum(-1).max())
+        yield {k: (v[idx, :width] if v.dim() == 2 else v[idx]) for k, v in batch.items()}
+        start += n
+
+
+def _denominator(mb: Batch, agg: str, norm: int) -> float:
+    mask = mb["loss_mask"]
+    if agg == "token-mean":
+        return float(mask.sum().clamp_min(1))
+    if agg == "seq-mean-token-sum-norm":
+        return float(norm)
+    return float((mask.sum(-1) > 0).sum().clamp_min(1))
+
+
+def _step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    if torch.isfinite(grad_norm):
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(grad_norm)
+
+
+def _accumulate(sums: dict[str, float], values: dict[str, Any], weight: float) -> None:
+    for k, v in values.items():
+        sums[k] = sums.get(k, 0.0) + weight * float(v)
+
+
+def update_actor(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: AlgorithmConfig,
+    *,
+    temperature: float = 1.0,
+    norm: int = 1024,
+    grad_clip: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """PPO-clip epochs over mini-batches of trajectories; returns ``actor/*`` metrics averaged over steps.
+
+    Loss per mini-batch: policy_loss + kl_loss_coef·KL(π‖π_ref) − entropy_coef·H, each aggregated by
+    ``cfg.loss_agg`` over the mini-batch's policy tokens. ``norm`` is the constant normaliser of
+    ``seq-mean-token-sum-norm`` (the trainer passes its max length). Gradients are clipped to
+    ``grad_clip``; a step with a non-finite gradient norm is skipped.
+    """
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    B = batch["input_ids"].shape[0]
+    sums: dict[str, float] = {}
+    steps = 0
+    for _ in range(cfg.ppo_epochs):
+        perm = torch.randperm(B, generator=generator)
+        for start in range(0, B, cfg.mini_batch_size):
+            rows = perm[start : start + cfg.mini_batch_size]
+            mini = {k: v[rows] for k, v in batch.items()}
+            denom = _denominator(mini, cfg.loss_agg, norm)
+            tokens = float(mini["loss_mask"].sum().clamp_min(1))
+            step_metrics: dict[str, float] = {}
+            for mb in micro_batches(mini, torch.arange(len(rows)), cfg.micro_batch_tokens):
+                mask = mb["loss_mask"]
+                lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True)
+                loss, m = policy_loss(
+                    mb["old_logprobs"],
+                    lp,
+                    mb["advantages"],
+                    mask,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    clip_c=cfg.clip_c,
+                    agg=cfg.loss_agg,
+                    denominator=denom,
+                )
+                m = {f"actor/{k}": v for k, v in m.items()}
+                m["actor/pg_loss"] = loss.detach()
+                if cfg.kl_loss_coef > 0:
+                    kl = agg_loss(
+                        kl_penalty(lp, mb["ref_logprobs"], cfg.kl_kind), mask, cfg.loss_agg, denominator=denom
+                    )
+                    loss = loss + cfg.kl_loss_coef * kl
+                    m["actor/kl_loss"] = kl.detach()
+                entropy = agg_loss(ent, mask, cfg.loss_agg, denominator=denom)
+                if cfg.entropy_coef:
+                    loss = loss - cfg.entropy_coef * entropy
+                m["actor/entropy"] = entropy.detach()
+                loss.backward()
+                # Losses are already mini-batch-normalised sums; ratio-type metrics are token means.
+                share = float(mask.sum()) / tokens
+                _accumulate(step_metrics, {k: v for k, v in m.items() if k in _SUMMED}, 1.0)
+                _accumulate(step_metrics, {k: v for k, v in m.items() if k not in _SUMMED}, share)
+            step_metrics["actor/grad_norm"] = _step(params, optimizer, grad_clip)
+            _accumulate(sums, step_metrics, 1.0)
+            steps += 1
+    return {k: v / max(steps, 1) for k, v in sums.items()}
+
+
+def update_critic(
+    critic: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: AlgorithmConfig,
+    *,
+    norm: int = 1024,
+    grad_clip: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """Clipped value-loss epochs toward ``returns``; returns ``critic/*`` metrics."""
+    critic.train()
+    params = [p for p in critic.parameters() if p.requires_grad]
+    B = batch["input_ids"].shape[0]
+    sums: dict[str, float] = {}
+    steps = 0
+    for _ in range(cfg.ppo_epochs):
+        perm = torch.randperm(B, generator=generator)
+        for start in range(0, B, cfg.mini_batch_size):
+            rows = perm[start : start + cfg.mini_batch_size]
+            mini = {k: v[rows] for k, v in batch.items()}
+            denom = _denominator(mini, cfg.loss_agg, norm)
+            tokens = float(mini["loss_mask"].sum().clamp_min(1))
+            step_metrics: dict[str, float] = {}
+            for mb in micro_batches(mini, torch.arange(len(rows)), cfg.micro_batch_tokens):
+                vpreds = forward_values(critic, mb)
+                loss, clipfrac = value_loss(
+                    vpreds,
+                    mb["returns"],
+                    mb["values"],
+                    mb["loss_mask"],
+                    clip=cfg.value_clip,
+                    agg=cfg.loss_agg,
+                    denominator=denom,
+                )
+                (cfg.vf_coef * loss).backward()
+                share = float(mb["loss_mask"].sum()) / tokens
+                _accumulate(step_metrics, {"critic/vf_loss": loss.detach()}, 1.0)
+                _accumulate(step_metrics, {"critic/vf_clipfrac": clipfrac}, share)
+            step_metrics["critic/grad_norm"] = _step(params, optimizer, grad_clip)
+            _accumulate(sums, step_metrics, 1.0)
+            steps += 1
+    out = {k: v / max(steps, 1) for k, v in sums.items()}
+    out["critic/vf_explained_var"] = explained_variance(
+        batch["values"], batch["returns"], batch["loss_mask"]
+    ).item()
+    return out
