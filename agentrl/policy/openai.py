@@ -1,0 +1,163 @@
+"""A policy served by any OpenAI-compatible chat server (vLLM, SGLang, llama.cpp, ...), over httpx.
+
+Each turn is one ``POST {api_base}/chat/completions``. For token-in-token-out the request asks for
+``logprobs`` and, as vLLM extensions, ``return_token_ids`` and ``return_tokens_as_token_ids``; the
+sampled ids and their logprobs are stored on the returned assistant message. A server that rejects
+the extensions (HTTP 400 naming them) is asked again without them, once, and remembered. Transport
+errors, 429 and 5xx are retried with exponential backoff a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from typing import Any
+
+import httpx
+
+from agentrl.errors import ConfigError
+from agentrl.policy.base import EpisodeContext
+from agentrl.trajectory import Message
+
+__all__ = ["OpenAIPolicy", "PolicyError"]
+
+_TITO_EXTRAS = {"return_token_ids": True, "return_tokens_as_token_ids": True}
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+_SEND_KEYS = ("role", "content", "name", "tool_calls", "tool_call_id")
+
+
+class PolicyError(RuntimeError):
+    """The server could not produce a turn after the bounded retries (the episode is lost, not scored)."""
+
+
+def _wire(m: Message) -> dict[str, Any]:
+    d = m.model_dump(exclude_none=True)
+    out = {k: d[k] for k in _SEND_KEYS if k in d}
+    # Calls the env parsed out of the text are already in ``content``: sending them again as
+    # tool_calls would make the chat template render them twice.
+    if getattr(m, "tool_call_format", None) in ("hermes", "search_r1"):
+        out.pop("tool_calls", None)
+    if out.get("content") is None:
+        out["content"] = ""
+    return out
+
+
+def _tito(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:
+    content = ((choice.get("logprobs") or {}).get("content")) or []
+    logprobs = [float(c.get("logprob", 0.0)) for c in content] or None
+    ids = choice.get("token_ids")
+    if not ids and content:
+        parsed = [_TOKEN_ID.match(str(c.get("token", ""))) for c in content]
+        ids = [int(p.group(1)) for p in parsed] if all(parsed) else None  # type: ignore[union-attr]
+    if ids is None:
+        return None, None
+    ids = [int(i) for i in ids]
+    if logprobs is not None and len(logprobs) != len(ids):
+        logprobs = None
+    return ids, logprobs
+
+
+class OpenAIPolicy:
+    """``openai:MODEL``: chat completions with TITO data where the server provides it."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        temperature: float = 1.0,
+        top_p: float | None = None,
+        max_tokens: int = 2048,
+        timeout_s: float = 120.0,
+        retries: int = 3,
+        logprobs: bool = True,
+        send_tools: bool = False,
+        max_connections: int = 64,
+    ):
+        base = api_base or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
+        if not base:
+            raise ConfigError(
+                "--api-base: the openai policy needs the server's base URL (e.g. http://127.0.0.1:8000/v1)"
+            )
+        self.model = model
+        self.name = f"openai:{model}"
+        self.url = base.rstrip("/") + "/chat/completions"
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        if top_p is not None:
+            self.params["top_p"] = top_p
+        self.logprobs = logprobs
+        self.send_tools = send_tools
+        self.retries = retries
+        self._extras_ok = logprobs
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+            headers=headers,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def _body(self, messages: list[Message], ctx: EpisodeContext) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": [_wire(m) for m in messages], **self.params}
+        if self.send_tools and ctx.tools:
+            body["tools"] = ctx.tools
+        if self.logprobs:
+            body["logprobs"] = True
+            if self._extras_ok:
+                body.update(_TITO_EXTRAS)
+        return body
+
+    async def _post(self, body: dict[str, Any]) -> httpx.Response:
+        last = ""
+        for attempt in range(self.retries + 1):
+            try:
+                resp = await self._client.post(self.url, json=body)
+                if resp.status_code != 429 and resp.status_code < 500:
+                    return resp
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+            if attempt < self.retries:
+                await asyncio.sleep(min(8.0, 0.5 * 2**attempt))
+        raise PolicyError(f"{self.url}: no answer after {self.retries + 1} tries ({last})")
+
+    async def act(self, messages: list[Message], ctx: EpisodeContext) -> Message:
+        """One sampled assistant turn, with ``token_ids``/``logprobs`` when the server returns them."""
+        body = self._body(messages, ctx)
+        resp = await self._post(body)
+        if resp.status_code == 400 and self._extras_ok and any(k in resp.text for k in _TITO_EXTRAS):
+            self._extras_ok = False  # the server does not know the vLLM extensions
+            for k in _TITO_EXTRAS:
+                body.pop(k, None)
+            resp = await self._post(body)
+        if resp.status_code >= 400:
+            raise PolicyError(f"{self.url}: HTTP {resp.status_code}: {resp.text[:300]}")
+        try:
+            data = resp.json()
+            choice = data["choices"][0]
+            msg = choice["message"]
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise PolicyError(f"{self.url}: not a chat completion: {e}") from None
+        token_ids, logprobs = _tito(choice)
+        fields: dict[str, Any] = {
+            "role": "assistant",
+            "content": msg.get("content") or "",
+            "finish_reason": choice.get("finish_reason"),
+            "token_ids": token_ids,
+            "logprobs": logprobs,
+        }
+        if msg.get("tool_calls"):
+            fields["tool_calls"] = msg["tool_calls"]
+        if msg.get("reasoning_content"):
+            fields["reasoning_content"] = msg["reasoning_content"]
+        try:
+            return Message.model_validate(fields)
+        except ValueError:  # malformed tool_calls from the server: keep the text, let the env report it
+            fields.pop("tool_calls", None)
+            return Message.model_validate(fields)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._client.aclose()
