@@ -121,7 +121,10 @@ class ChatTemplate:
         ``""`` for templates whose next role header doubles as the stop token)."""
         ctx = [self.ctx_system(), self.ctx_user(), self.ctx_assistant()]
         text = self._cached("sua", ctx, False)
-        return text[text.rindex(ASSISTANT_MARKER) + len(ASSISTANT_MARKER) :]
+        i = text.rfind(ASSISTANT_MARKER)
+        if i < 0:
+            raise TemplateError("the chat template dropped the content of an assistant message")
+        return text[i + len(ASSISTANT_MARKER) :]
 
     def run_delta(self, run: list[dict[str, Any]], add_generation_prompt: bool) -> str:
         """The text that a run of non-assistant messages adds after an assistant turn's tail, ending
