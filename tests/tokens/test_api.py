@@ -1,0 +1,41 @@
+"""The public surface of agentrl.tokens and its layering."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import agentrl.tokens
+
+
+def test_exported_members() -> None:
+    exported = {n for n in dir(agentrl.tokens) if not n.startswith("_")} - {
+        "arrays",
+        "batch",
+        "check",
+        "errors",
+        "expander",
+        "logprobs",
+        "selftest",
+        "template",
+    }
+    assert exported == set(agentrl.tokens.__all__)
+
+
+def test_imports_only_trajectory_and_errors_from_agentrl() -> None:
+    root = pathlib.Path(agentrl.tokens.__file__).parent
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentrl"):
+                assert node.module.split(".")[1] in {"tokens", "trajectory", "errors"}, (
+                    path.name,
+                    node.module,
+                )
+
+
+def test_importing_tokens_does_not_import_torch() -> None:
+    code = "import sys, agentrl.tokens; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
