@@ -110,6 +110,12 @@ def test_sampled_ids_are_kept_and_masks_are_exact(case) -> None:  # type: ignore
             assert row.old_logprobs[span].tolist() == np.float32(m.logprobs).tolist()
         else:
             assert k in row.retokenized_turns and not row.old_logprobs[row.turn_ids == k].any()
+            # a turn rebuilt from text trains what the model would have written, stop token included
+            canon = canonical_turn(exp, m).token_ids or []
+            assert got[: len(canon)] == canon
+            assert len(got) - len(canon) <= 1 and all(i in exp.stop_ids for i in got[len(canon) :])
+            if family == "glm" and (k < len(asst) - 1 or t.messages[-1].role != "assistant"):
+                assert len(got) == len(canon) + 1  # the next role header is its stop token
         if m.finish_reason == "length":
             assert row.truncated and row.segments[-1].kind == "sampled"
     # every loss token belongs to a turn; nothing outside turns is trained or has a logprob
