@@ -119,9 +119,8 @@ class Expander:
         return self.template.renders
 
     # ---- the expansion ---------------------------------------------------------------------------
-    def _plan(self, traj: Trajectory) -> tuple[list[_Piece], bool, int | None]:
-        """The pieces of the row in order, whether a turn hit the generation limit, and the message
-        index of that turn."""
+    def _plan(self, traj: Trajectory) -> tuple[list[_Piece], bool]:
+        """The pieces of the row in order, and whether a turn hit the generation limit."""
         t = self.template
         msgs = traj.messages
         tm = [message_to_template(m, self.tool_arguments) for m in msgs]
@@ -139,7 +138,7 @@ class Expander:
                 ids = list(m.token_ids)
                 pieces.append(_Piece("sampled", i, turn, ids=ids, logprobs=m.logprobs))
                 if m.finish_reason == "length":  # cut by the generation limit: the row ends here
-                    return pieces, True, i
+                    return pieces, True
                 stop = ids[-1] if ids else None
             else:
                 text = t.assistant_text(tm[i])
@@ -157,11 +156,13 @@ class Expander:
                 pieces.append(
                     _Piece(kind, i + 1, turn, text=cont, drop_first=stop, stop_first=m.token_ids is None)
                 )
-        return pieces, False, None
+        return pieces, False
 
     def _assemble(
         self, pieces: list[_Piece]
-    ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, list[Segment]]:
+    ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray, list[Segment], list[int]]:
+        """Tokenize the text pieces in one batch and lay the pieces out: ids, loss mask, logprobs,
+        turn ids, segments, and the positions of sampled stop tokens the template does not write."""
         t = self.template
         texts = [p.text for p in pieces if p.ids is None]
         encoded = iter(t.encode_batch([x for x in texts if x is not None]))
@@ -213,7 +214,7 @@ class Expander:
         max_len: int | Literal["default"] | None = "default",
     ) -> TokenizedTrajectory:
         max_len = self.max_len if max_len == "default" else max_len
-        pieces, cut_by_length, _ = self._plan(traj)
+        pieces, cut_by_length = self._plan(traj)
         ids, loss, logp, turns, segments, extra = self._assemble(pieces)
         forks = self.find_forks(traj)
         if forks and self.on_fork == "error":
@@ -228,17 +229,12 @@ class Expander:
             if diffs:
                 raise TokenCheckError(f"trajectory {traj.id!r} ({check}): " + format_diffs(diffs))
         truncated = cut_by_length
-        if self.max_len is not None and len(ids) > self.max_len:
-            ids, loss, logp, turns = (
-                ids[: self.max_len],
-                loss[: self.max_len],
-                logp[: self.max_len],
-                turns[: self.max_len],
-            )
+        if max_len is not None and len(ids) > max_len:
+            ids, loss, logp, turns = ids[:max_len], loss[:max_len], logp[:max_len], turns[:max_len]
             segments = [
-                Segment(s.kind, s.message_index, s.start, min(s.end, self.max_len), s.turn)
+                Segment(s.kind, s.message_index, s.start, min(s.end, max_len), s.turn)
                 for s in segments
-                if s.start < self.max_len
+                if s.start < max_len
             ]
             truncated = True
         n = len(ids)

@@ -198,7 +198,7 @@ def run_self_test(exp: Expander) -> TemplateReport:
     try:
         for name, msgs in convs.items():
             traj = Trajectory(id=f"selftest-{name}", task_id="selftest", messages=msgs)
-            pieces, _, _ = exp._plan(traj)
+            pieces, _ = exp._plan(traj)
             ids, _, _, _, segments, extra = exp._assemble(pieces)
             row = exp._expand(traj, None, "off", max_len=None)
             diffs = segment_diffs(exp, traj, ids, segments, row.forks, "strict", extra)

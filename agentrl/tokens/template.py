@@ -10,7 +10,6 @@ not grow with the conversation.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agentrl.tokens.errors import TemplateError
@@ -140,17 +139,13 @@ class ChatTemplate:
         if i < 0:
             raise TemplateError("the chat template dropped the content of an assistant message")
         j = i + len(ASSISTANT_MARKER)
-        if self.ctx_tools_skip(text, j, tail) is None:
+        if not text.startswith(tail, j):
+            follower = run[0]["role"] if run else "the generation prompt"
             raise TemplateError(
                 f"after an assistant message the template writes {text[j : j + 40]!r} when followed by "
-                f"{run[0]['role']!r} but {tail!r} when it is last; the expander cannot place the turn's end"
+                f"{follower!r} but {tail!r} when it is last; the expander cannot place the turn's end"
             )
-        return text[self.ctx_tools_skip(text, j, tail) :]  # type: ignore[misc]
-
-    @staticmethod
-    def ctx_tools_skip(text: str, j: int, tail: str) -> int | None:
-        """Index just past the assistant tail starting at ``j`` (None when the tail is not there)."""
-        return j + len(tail) if text.startswith(tail, j) else None
+        return text[j + len(tail) :]
 
     def generation_prompt(self) -> str:
         """The generation prompt as written after the dummy system and user messages."""
@@ -200,8 +195,3 @@ class ChatTemplate:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
-def canonical_json(arguments: str) -> str:
-    """``arguments`` re-serialised the way ``tojson`` would (used only to build self-test cases)."""
-    return json.dumps(json.loads(arguments), ensure_ascii=False)
