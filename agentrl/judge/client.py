@@ -103,8 +103,9 @@ def _usage(resp: Any, litellm: Any) -> tuple[int, int, float]:
     usage = getattr(resp, "usage", None)
     pt = int(getattr(usage, "prompt_tokens", 0) or 0)
     ct = int(getattr(usage, "completion_tokens", 0) or 0)
-    cost = (getattr(resp, "_hidden_params", None) or {}).get("response_cost")
-    if cost is None:
+    hidden = getattr(resp, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost")
+    if cost is None and "response_cost" not in hidden:  # litellm did not even try: ask it once
         try:
             cost = litellm.completion_cost(completion_response=resp)
         except Exception:  # unknown model (a local server): no price
@@ -134,6 +135,10 @@ async def complete(
         kwargs["api_key"] = config.api_key or os.environ.get("OPENAI_API_KEY") or "sk-local"
     elif config.api_key:
         kwargs["api_key"] = config.api_key
+    # Explicit prices (or 0 for a local server) spare litellm a failing price-map lookup per call.
+    if config.input_cost_per_token is not None or config.output_cost_per_token is not None or config.api_base:
+        kwargs["input_cost_per_token"] = config.input_cost_per_token or 0.0
+        kwargs["output_cost_per_token"] = config.output_cost_per_token or 0.0
     if config.max_tokens:
         kwargs["max_tokens"] = config.max_tokens
     if config.response_format:

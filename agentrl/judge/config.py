@@ -51,6 +51,10 @@ class JudgeConfig(BaseModel):
     """Tool names whose observations count as sources; None = every tool message."""
     max_source_chars: int = Field(default=6000, ge=0)
     """Characters kept of each source."""
+    input_cost_per_token: float | None = Field(default=None, ge=0)
+    """USD per prompt token; None = litellm's price map (0 with ``api_base``, a local server)."""
+    output_cost_per_token: float | None = Field(default=None, ge=0)
+    """USD per completion token; None = litellm's price map (0 with ``api_base``)."""
     cache_path: str | None = None
     """sqlite file of cached verdicts; None disables the cache."""
     extra_kwargs: dict[str, object] = Field(default_factory=dict)

@@ -155,6 +155,12 @@ class FakeJudgeServer:
             }
         )
 
+    async def _stats(self, request: web.Request) -> web.Response:
+        del request
+        return web.json_response(
+            {"requests": len(self.requests), "in_flight": self.in_flight, "max_in_flight": self.max_in_flight}
+        )
+
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self, port: int = 0) -> FakeJudgeServer:
         ready = threading.Event()
@@ -164,6 +170,7 @@ class FakeJudgeServer:
             asyncio.set_event_loop(loop)
             app = web.Application()
             app.router.add_post("/v1/chat/completions", self._handle)
+            app.router.add_get("/stats", self._stats)
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
             loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
@@ -172,6 +179,10 @@ class FakeJudgeServer:
             self._loop, self._runner = loop, runner
             ready.set()
             loop.run_forever()
+            pending = asyncio.all_tasks(loop)  # e.g. a "slow" request still sleeping
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(runner.cleanup())
             loop.close()
 
