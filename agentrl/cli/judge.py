@@ -79,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         config = JudgeConfig(
             model=args.model,
             api_base=args.api_base,
+            api_key=os.environ.get("AGENTRL_JUDGE_API_KEY"),
             concurrency=args.concurrency,
             criteria_per_call=args.criteria_per_call,
             samples=args.samples,

@@ -44,8 +44,14 @@ class CallFailed(Exception):
         self.attempts = attempts
 
 
+_LITELLM: Any = None
+
+
 def load_litellm() -> Any:
-    """Import litellm quietly: local price map, no telemetry, no debug banners, warnings only."""
+    """Import litellm quietly: local price map, no telemetry, no debug banners, errors only."""
+    global _LITELLM
+    if _LITELLM is not None:
+        return _LITELLM
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_LOG", "ERROR")
     import litellm
@@ -56,6 +62,7 @@ def load_litellm() -> Any:
     litellm.set_verbose = False
     for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    _LITELLM = litellm
     return litellm
 
 

@@ -72,7 +72,9 @@ def _holds(criterion: Criterion, report: str) -> bool:
     raise JudgeError(f"criterion {criterion.id!r} needs the LLM judge (grader {g.type!r})")
 
 
-def grade_criterion(criterion: Criterion, report: str, mapping: str) -> CriterionScore:
+def grade_criterion(
+    criterion: Criterion, report: str, mapping: str, *, rubric_hash: str | None = None
+) -> CriterionScore:
     """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``."""
     verdict = "Fully Satisfied" if _holds(criterion, report) else "Not Satisfied"
     return CriterionScore(
@@ -82,6 +84,7 @@ def grade_criterion(criterion: Criterion, report: str, mapping: str) -> Criterio
         weight=criterion.weight,
         kind=criterion.kind,
         grader=criterion.grader.type,
+        rubric_hash=rubric_hash,
     )
 
 
@@ -95,4 +98,7 @@ def score_deterministic(rubric: Rubric, report: str, *, prompt: str = "") -> Rew
     llm = [c.id for c in rubric.criteria if c.is_llm]
     if llm:
         raise JudgeError(f"rubric {rubric.id!r} needs the LLM judge for criteria {', '.join(llm)}")
-    return breakdown(rubric, [grade_criterion(c, report, rubric.mapping) for c in rubric.criteria])
+    h = rubric.content_hash
+    return breakdown(
+        rubric, [grade_criterion(c, report, rubric.mapping, rubric_hash=h) for c in rubric.criteria]
+    )

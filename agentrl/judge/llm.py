@@ -136,7 +136,11 @@ class Judge:
             source_tools=cfg.source_tools,
             max_source_chars=cfg.max_source_chars,
         )
-        graded = [grade_criterion(c, inp.report, rubric.mapping) for c in rubric.criteria if not c.is_llm]
+        graded = [
+            grade_criterion(c, inp.report, rubric.mapping, rubric_hash=rubric.content_hash)
+            for c in rubric.criteria
+            if not c.is_llm
+        ]
         llm = [c for c in rubric.criteria if c.is_llm]
         if not llm:
             return breakdown(rubric, graded)

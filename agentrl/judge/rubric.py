@@ -110,8 +110,9 @@ class NumberGrader(_Strict):
     """Fully Satisfied when the report states ``value`` (times ``unit``) within the tolerance.
 
     Numbers in the report are read with their scale words (``$12.3 billion``, ``12.3bn``,
-    ``12,300 million``, ``12.3B``) and compared after scaling: ``|x - v| <= max(abs_tolerance,
-    tolerance * |v|)``.
+    ``12,300 million``, ``12.3B``) and compared after scaling by the unit ``u``:
+    ``|x - v·u| <= max(abs_tolerance·u, tolerance·|v·u|)`` (``tolerance`` is relative,
+    ``abs_tolerance`` is in the rubric's unit).
     """
 
     type: Literal["number"]
