@@ -99,7 +99,9 @@ class Expander:
         """One trajectory → one row of aligned ``[L]`` arrays (see ``TokenizedTrajectory``).
 
         ``turn_rewards`` (one float per assistant turn, or ``trajectory.info["turn_rewards"]``) are
-        added on the last sampled token of each turn, on top of the trajectory reward.
+        added on the last sampled token of each turn, on top of the trajectory reward. When
+        ``trajectory.info["prompt_token_ids"]`` holds the ids the engine fed as the first prompt
+        (through the first generation prompt), they are used as they are instead of a render.
         """
         return self._expand(trajectory, turn_rewards, self.check)
 
@@ -127,7 +129,10 @@ class Expander:
         asst = [i for i, m in enumerate(msgs) if m.role == "assistant"]
         first = asst[0] if asst else len(msgs)
         pieces: list[_Piece] = []
-        if first > 0:
+        given = traj.info.get("prompt_token_ids")
+        if given is not None:  # the engine recorded the prompt it fed: TITO for the prompt too
+            pieces.append(_Piece("prompt", 0, ids=[int(i) for i in given]))
+        elif first > 0:
             pieces.append(
                 _Piece("prompt", 0, text=t.render(tm[:first], add_generation_prompt=first < len(msgs)))
             )

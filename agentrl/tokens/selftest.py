@@ -47,6 +47,7 @@ class TemplateReport:
     generation_prompt_differs: bool = False
     reserialises_tool_json: bool = False
     boundary_merges: bool = False
+    double_bos_risk: bool = False
     cases: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -188,6 +189,15 @@ def run_self_test(exp: Expander) -> TemplateReport:
     if isinstance(eos, int):
         stops.add(eos)
     rep.stop_token_ids = sorted(stops)
+    bos = exp.tokenizer.bos_token_id
+    prompt = t.render([t.ctx_system(), t.ctx_user()], add_generation_prompt=True)
+    default = list(exp.tokenizer(prompt)["input_ids"])
+    if isinstance(bos, int) and default[:2] == [bos, bos]:
+        rep.double_bos_risk = True
+        rep.notes.append(
+            "the template writes BOS and the tokenizer adds another by default: a rollout engine must "
+            "tokenize rendered prompts with add_special_tokens=False (the expander always does)"
+        )
     if exp._given_stops is None:
         exp.stop_ids = frozenset(stops)
     if not stops:

@@ -6,7 +6,8 @@ of text, no download) whose ``chat_template``, BOS and EOS follow one family:
 - ``"chatml"``: Qwen-style ``<|im_start|>role\\n...<|im_end|>\\n``, ``<tool_call>`` JSON inside the
   assistant turn, consecutive tool results grouped under one ``user`` header in ``<tool_response>``
   blocks, and ``<think>`` reasoning kept only after the last user message (Qwen3-style stripping).
-- ``"llama3"``: ``bos_token`` written by the template, ``<|start_header_id|>role<|end_header_id|>``
+- ``"llama3"``: ``bos_token`` written by the template (and added by the tokenizer's default
+  ``encode``, as in Llama 3: the double-BOS trap), ``<|start_header_id|>role<|end_header_id|>``
   headers, ``<|eot_id|>`` as the stop token, content trimmed.
 - ``"glm"``: ``[gMASK]<sop>`` prefix and headers ``<|user|>``/``<|assistant|>``/``<|observation|>``;
   no end-of-turn token, so the model stops by sampling the next role header.
@@ -170,7 +171,16 @@ def make_tokenizer(family: Family = "chatml"):  # type: ignore[no-untyped-def]
     if family == "chatml":
         tok.eos_token, tok.pad_token, tok.bos_token = "<|im_end|>", "<|endoftext|>", None
     elif family == "llama3":
+        from tokenizers import processors
+
         tok.bos_token, tok.eos_token, tok.pad_token = "<|begin_of_text|>", "<|eot_id|>", "<|end_of_text|>"
+        # Like Llama 3, the tokenizer adds BOS by default although the template writes one too.
+        bos = ("<|begin_of_text|>", tok.bos_token_id)
+        tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
+            single="<|begin_of_text|> $A",
+            pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+            special_tokens=[bos],
+        )
     elif family == "glm":
         tok.eos_token, tok.pad_token, tok.bos_token = "<|endoftext|>", "<|endoftext|>", None
     else:

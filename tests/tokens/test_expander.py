@@ -162,14 +162,21 @@ def test_llama3_single_bos_and_trim() -> None:
     tok = cached_tokenizer("llama3")
     exp = cached_expander("llama3")
     bos, eot = tok.bos_token_id, tid(tok, "<|eot_id|>")
+    assert exp.report.double_bos_risk and any("BOS" in n for n in exp.report.notes)
     row = exp.expand(traj(SYS, USER, sampled([*enc(tok, "Answer. "), eot])))
     assert row.input_ids[0] == bos and int((row.input_ids == bos).sum()) == 1
-    # the naive path (tokenizer adds BOS to a render that already has one) doubles it
+    # the trap: a default encode of the rendered prompt adds a second BOS
     text = exp.template.render([SYS, USER], True)
-    naive = tok(text, add_special_tokens=True)["input_ids"]
-    if naive[:2] == [bos, bos]:
-        assert naive[:2] == [bos, bos]
-    assert row.input_ids[1] != bos
+    assert tok(text)["input_ids"][:2] == [bos, bos]
+    assert row.input_ids[: row.prompt_len].tolist() == tok(text, add_special_tokens=False)["input_ids"]
+    # an engine that fed the double BOS and recorded its prompt ids gets exactly that sequence
+    t = traj(
+        SYS, USER, sampled([*enc(tok, "Answer."), eot]), info={"prompt_token_ids": tok(text)["input_ids"]}
+    )
+    r2 = exp.expand(t)
+    assert r2.input_ids[:2].tolist() == [bos, bos] and r2.prompt_len == row.prompt_len + 1
+    with pytest.raises(TokenCheckError, match="prompt segment"):
+        Expander(tok, check="strict").expand(t)
     # the template trims content; the policy sampled a trailing space: strict reports the segment,
     # ignore_whitespace accepts it
     t = traj(SYS, USER, sampled([*enc(tok, "Answer. "), eot], content="Answer. "))
