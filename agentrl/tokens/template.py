@@ -71,6 +71,7 @@ class ChatTemplate:
         self.template_kwargs = template_kwargs
         self.renders = 0
         self._cache: dict[tuple[str, bool], str] = {}
+        self._head: list[dict[str, Any]] | None = None
         self.added_ids: frozenset[int] = frozenset(int(i) for i in tokenizer.get_added_vocab().values())
 
     # ---- rendering -----------------------------------------------------------------------------
@@ -98,6 +99,18 @@ class ChatTemplate:
             self._cache[k] = self.render(messages, gen)
         return self._cache[k]
 
+    def ctx_head(self) -> list[dict[str, Any]]:
+        """The constant start of every fixed context: a dummy system and user message, or only the
+        user message for templates that refuse a system role (Gemma-style)."""
+        if self._head is None:
+            head = [self.ctx_system(), self.ctx_user()]
+            try:
+                self._cached("su", head, False)
+            except TemplateError:
+                head = [self.ctx_user()]
+            self._head = head
+        return self._head
+
     @staticmethod
     def ctx_system() -> dict[str, Any]:
         return {"role": "system", "content": SYSTEM_MARKER}
@@ -118,7 +131,7 @@ class ChatTemplate:
     def assistant_tail(self) -> str:
         """What the template writes after an assistant's content (``<|im_end|>\\n``, ``<|eot_id|>``, or
         ``""`` for templates whose next role header doubles as the stop token)."""
-        ctx = [self.ctx_system(), self.ctx_user(), self.ctx_assistant()]
+        ctx = [*self.ctx_head(), self.ctx_assistant()]
         text = self._cached("sua", ctx, False)
         i = text.rfind(ASSISTANT_MARKER)
         if i < 0:
@@ -129,12 +142,12 @@ class ChatTemplate:
         """The text that a run of non-assistant messages adds after an assistant turn's tail, ending
         with the generation prompt when asked. Rendered after a constant dummy prefix."""
         tail = self.assistant_tail()
-        ctx = [self.ctx_system(), self.ctx_user(), self.ctx_assistant()]
+        ctx = [*self.ctx_head(), self.ctx_assistant()]
         try:
             text = self.render(ctx + run, add_generation_prompt)
         except TemplateError:  # templates that insist on matching tool-call ids get them
             ids = [m.get("tool_call_id") or f"call_{i}" for i, m in enumerate(run) if m["role"] == "tool"]
-            text = self.render([*ctx[:2], self.ctx_assistant(ids), *run], add_generation_prompt)
+            text = self.render([*ctx[:-1], self.ctx_assistant(ids), *run], add_generation_prompt)
         i = text.find(ASSISTANT_MARKER)
         if i < 0:
             raise TemplateError("the chat template dropped the content of an assistant message")
@@ -149,7 +162,7 @@ class ChatTemplate:
 
     def generation_prompt(self) -> str:
         """The generation prompt as written after the dummy system and user messages."""
-        ctx = [self.ctx_system(), self.ctx_user()]
+        ctx = self.ctx_head()
         with_gen = self._cached("su", ctx, True)
         without = self._cached("su", ctx, False)
         if not with_gen.startswith(without):
@@ -159,7 +172,7 @@ class ChatTemplate:
     def assistant_text(self, message: dict[str, Any]) -> str:
         """An assistant message as the template writes it after the generation prompt (content, tool
         calls and tail), for turns that carry no sampled ids."""
-        ctx = [self.ctx_system(), self.ctx_user()]
+        ctx = self.ctx_head()
         prefix = self._cached("su", ctx, True)
         text = self.render([*ctx, message], False)
         if text.startswith(prefix):
@@ -179,7 +192,7 @@ class ChatTemplate:
 
     def renders_arguments_verbatim(self, message: dict[str, Any], raw_arguments: list[str]) -> bool:
         """Whether the template prints each tool call's arguments exactly as the policy wrote them."""
-        text = self.render([self.ctx_system(), self.ctx_user(), message], False)
+        text = self.render([*self.ctx_head(), message], False)
         return all(a in text for a in raw_arguments)
 
     # ---- tokenizing ----------------------------------------------------------------------------

@@ -85,3 +85,31 @@ def test_generation_prompt_with_empty_think_is_handled() -> None:
     assert exp.report.generation_prompt_differs
     t = traj(SYS, USER, sampled(enc(tok, "A.")))
     assert exp.expand(t).forks == [2]
+
+
+def test_templates_refusing_system_or_parallel_calls_still_work() -> None:
+    tok = cached_tokenizer("chatml")
+    no_system = CHATML_TEMPLATE.replace(
+        "{%- for m in messages -%}\n{%- if m.role == 'system'",
+        "{%- for m in messages -%}\n{%- if m.role == 'system' -%}{{ raise_exception('System role not supported') }}"
+        "{%- elif m.role == 'user'",
+        1,
+    )
+    exp = Expander(tok, chat_template=no_system, check="strict")
+    assert exp.template.ctx_head() == [exp.template.ctx_user()] and "system" in exp.report.notes[0]
+    end = tid(tok, "<|im_end|>")
+    exp.expand(
+        traj(
+            USER,
+            sampled([*enc(tok, "A."), end]),
+            {"role": "user", "content": "more"},
+            sampled(enc(tok, "B.")),
+        )
+    )
+    single_call = CHATML_TEMPLATE.replace(
+        "{%- for tc in (m.tool_calls or []) -%}",
+        "{%- if m.tool_calls and m.tool_calls | length > 1 -%}{{ raise_exception('only one tool call') }}"
+        "{%- endif -%}{%- for tc in (m.tool_calls or []) -%}",
+    )
+    exp2 = Expander(tok, chat_template=single_call)
+    assert exp2.report.skipped_cases == ["parallel"] and exp2.report.cases == 5
