@@ -62,18 +62,18 @@ class Judge:
     def __init__(self, config: JudgeConfig | None = None) -> None:
         self.config = config or JudgeConfig()
         self._cache = VerdictCache(self.config.cache_path) if self.config.cache_path else None
-        self._semaphores: dict[int, asyncio.Semaphore] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sem: asyncio.Semaphore | None = None
         self._lock = threading.Lock()
 
     def _semaphore(self) -> asyncio.Semaphore:
-        # A semaphore belongs to one event loop; callers may use several (asyncio.run per batch).
+        # A semaphore belongs to one event loop, and callers may use several (asyncio.run per
+        # batch). Keeping the loop itself, not its id, rules out a new loop reusing a dead one's id.
         loop = asyncio.get_running_loop()
         with self._lock:
-            sem = self._semaphores.get(id(loop))
-            if sem is None:
-                self._semaphores = {id(loop): asyncio.Semaphore(self.config.concurrency)}
-                sem = self._semaphores[id(loop)]
-        return sem
+            if self._loop is not loop or self._sem is None:
+                self._loop, self._sem = loop, asyncio.Semaphore(self.config.concurrency)
+            return self._sem
 
     def close(self) -> None:
         """Close the verdict cache."""

@@ -261,3 +261,10 @@ def test_rubric_named_by_the_trajectory(judge_server, tmp_path):
     ]
     override = score_trajectories([by_id], RUBRIC, cfg)
     assert override[0].reward.rubric_id == "demo"
+
+
+def test_one_judge_serves_several_event_loops(judge_server):
+    judge = Judge(config(judge_server, "good", concurrency=1))
+    items = [(make_trajectory(GOOD_REPORT, tid=str(i)), RUBRIC) for i in range(3)]
+    for _ in range(3):  # a fresh loop each time, with calls queueing on the semaphore
+        assert [r.total for r in asyncio.run(judge.score_many(items))] == [2.5] * 3
