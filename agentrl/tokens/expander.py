@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from agentrl.tokens.errors import ForkError, TokenCheckError
 from agentrl.tokens.selftest import TemplateReport, run_self_test
 from agentrl.tokens.template import ChatTemplate, message_to_template
 from agentrl.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentrl.tokens.check import SegmentDiff
 
 __all__ = ["CheckMode", "Expander"]
 
@@ -115,6 +118,17 @@ class Expander:
         (reward null or ``judge_error``), which training must exclude."""
         rows = [self.expand(t) for t in trajectories]
         return [r for r in rows if r.scored] if skip_unscored else rows
+
+    def diff(self, trajectory: Trajectory, mode: CheckMode = "strict") -> list[SegmentDiff]:
+        """The differences ``mode`` reports between this trajectory's row and a full render, by
+        segment, without raising (empty when they agree or ``mode`` is ``"off"``)."""
+        if mode == "off":
+            return []
+        from agentrl.tokens.check import segment_diffs
+
+        pieces, _ = self._plan(trajectory)
+        ids, _, _, _, segments, extra = self._assemble(pieces)
+        return segment_diffs(self, trajectory, ids, segments, self.find_forks(trajectory), mode, extra)
 
     def render_count(self) -> int:
         """Template renders made so far by this expander (the self-test included)."""

@@ -284,6 +284,8 @@ def test_bpe_merge_at_generation_prompt_boundary() -> None:
     assert row.prompt_len == len(prompt_ids)
     with pytest.raises(TokenCheckError, match="same text, different token split"):
         Expander(tok, chat_template=plain, check="strict").expand(t)
+    (d,) = exp.diff(t)
+    assert (d.kind, d.got, d.expected, d.same_text) == ("prompt", " Hello", " Hello", True)
 
 
 def test_multibyte_characters_split_across_tokens(family: str) -> None:
