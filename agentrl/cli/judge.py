@@ -102,7 +102,10 @@ def _run(args: argparse.Namespace) -> int:
     print(f"wrote {len(judged)} trajectories to {out}")
     print(f"mean reward {mean} over {s.scored} scored; judge errors {s.judge_errors}")
     for cid, rate in s.pass_rate.items():
-        print(f"  {cid:<24} fully satisfied {rate:6.1%}")
+        print(
+            f"  {cid:<24} fully satisfied {rate:6.1%}"
+            + ("  (negative: the flaw was present)" if cid in s.negative else "")
+        )
     print(
         f"calls {s.calls}, cache hits {s.cache_hits}, tokens {s.prompt_tokens} in / {s.completion_tokens} out, "
         f"cost ${s.cost_usd:.4f}"

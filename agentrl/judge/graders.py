@@ -29,7 +29,7 @@ __all__ = ["find_numbers", "grade_criterion", "score_deterministic"]
 # The scale word must end at a word boundary so that "12.3 bits" is not read as 12.3 billion.
 _NUMBER = re.compile(
     r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
-    r"(?:\s*(?P<unit>thousand|million|billion|trillion|mln|bln|mn|mm|bn|tn|k|m|b|t)(?![A-Za-z]))?",
+    r"(?:\s*(?P<unit>thousand|million|billion|trillion|mln|bln|mn|mm|bn|tn|k|m|b|t)(?:(?<=[a-z]{4})s)?(?![A-Za-z]))?",
     re.IGNORECASE,
 )
 

@@ -20,6 +20,8 @@ class JudgeSummary(BaseModel):
     judge_errors: int = 0
     mean_reward: float | None = None
     pass_rate: dict[str, float] = Field(default_factory=dict)
+    negative: list[str] = Field(default_factory=list)
+    """Ids of negative criteria (a flaw: their pass rate is how often the flaw was present)."""
     calls: int = 0
     cache_hits: int = 0
     prompt_tokens: int = 0
@@ -52,6 +54,8 @@ def summarize(rewards: Iterable[RewardBreakdown | None]) -> JudgeSummary:
         for c in r.criteria:
             seen[c.id] = seen.get(c.id, 0) + 1
             full[c.id] = full.get(c.id, 0) + (c.verdict == "Fully Satisfied")
+            if c.kind == "negative" and c.id not in s.negative:
+                s.negative.append(c.id)
     s.mean_reward = sum(totals) / len(totals) if totals else None
     s.pass_rate = {k: full[k] / seen[k] for k in seen}
     return s

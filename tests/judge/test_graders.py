@@ -33,6 +33,7 @@ def one(grader: dict, kind: str = "positive", mapping: str = "strict"):
         ("5 trillion; 2.5m; 7k", [5e12, 2.5e6, 7e3]),
         ("Q1 2025", [2025.0]),
         ("3 bits, 4 minutes", [3.0, 4.0]),
+        ("12.3 billions, 2 thousands, 3 ms", [12.3e9, 2e3, 3.0]),
         ("-1.5 and +2", [-1.5, 2.0]),
         ("no numbers here", []),
     ],
