@@ -27,7 +27,9 @@ def make_trajectory(tok, turns: int, tool_chars: int) -> Trajectory:  # type: ig
     end = tok.convert_tokens_to_ids("<|im_end|>")
     msgs = [
         Message(role="system", content="You are a research agent. Today is 2025-05-15."),
-        Message(role="user", content="Summarise Alphabet's Q1 2025 results, focusing on Google Cloud revenue."),
+        Message(
+            role="user", content="Summarise Alphabet's Q1 2025 results, focusing on Google Cloud revenue."
+        ),
     ]
     for k in range(turns):
         args = json.dumps({"query": f"alphabet cloud revenue part {k}"})
@@ -38,7 +40,9 @@ def make_trajectory(tok, turns: int, tool_chars: int) -> Trajectory:  # type: ig
                 {
                     "role": "assistant",
                     "content": "I will search again.",
-                    "tool_calls": [{"id": f"c{k}", "type": "function", "function": {"name": "search", "arguments": args}}],
+                    "tool_calls": [
+                        {"id": f"c{k}", "type": "function", "function": {"name": "search", "arguments": args}}
+                    ],
                     "token_ids": ids,
                     "logprobs": [-0.5] * len(ids),
                     "finish_reason": "stop",

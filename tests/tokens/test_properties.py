@@ -5,6 +5,7 @@ ids canonical or re-split, turns without ids, stop strings, length cuts and max_
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -21,7 +22,12 @@ text = st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map(" ".join)
 for _f in ("chatml", "llama3", "glm"):
     cached_expander(_f), cached_expander(_f, "strict")
 
-SETTINGS = settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# TOKENS_HYPOTHESIS_EXAMPLES=400 for a deeper run; the default keeps the suite fast.
+SETTINGS = settings(
+    max_examples=int(os.environ.get("TOKENS_HYPOTHESIS_EXAMPLES", "35")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @st.composite
@@ -52,7 +58,7 @@ def conversations(draw):  # type: ignore[no-untyped-def]
         m = Message.model_validate(
             {
                 "role": "assistant",
-                "content": draw(text),
+                "content": "" if calls and draw(st.booleans()) else draw(text),
                 "tool_calls": calls or None,
                 "reasoning_content": reasoning,
             }
