@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from agentrl.tokens.arrays import Segment, SegmentKind, TokenizedTrajectory
-from agentrl.tokens.errors import ForkError, TokenCheckError
+from agentrl.tokens.errors import ForkError, TemplateError, TokenCheckError
 from agentrl.tokens.selftest import TemplateReport, run_self_test
 from agentrl.tokens.template import ChatTemplate, message_to_template
 from agentrl.trajectory import Trajectory
@@ -161,8 +161,13 @@ class Expander:
                 stop = ids[-1] if ids else None
             else:
                 text = t.assistant_text(tm[i])
-                if self.tail and text.endswith(self.tail):
-                    text = text[: -len(self.tail)]
+                if not text.endswith(self.tail):
+                    raise TemplateError(
+                        f"message {i}: the template ends this assistant turn with {text[-30:]!r}, not with "
+                        f"its usual end of turn {self.tail!r} (a different end after tool calls?); the "
+                        "expander cannot tell which tokens the model sampled"
+                    )
+                text = text[: len(text) - len(self.tail)]
                 pieces.append(_Piece("retokenized", i, turn, text=text))
             nxt = asst[turn + 1] if turn + 1 < len(asst) else len(msgs)
             run = tm[i + 1 : nxt]

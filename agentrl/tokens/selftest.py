@@ -219,7 +219,10 @@ def run_self_test(exp: Expander) -> TemplateReport:
     try:
         for name, msgs in convs.items():
             traj = Trajectory(id=f"selftest-{name}", task_id="selftest", messages=msgs)
-            pieces, _ = exp._plan(traj)
+            try:
+                pieces, _ = exp._plan(traj)
+            except TemplateError as e:
+                raise TemplateError(f"chat template self-test case {name!r}: {e}") from e
             ids, _, _, _, segments, extra = exp._assemble(pieces)
             row = exp._expand(traj, None, "off", max_len=None)
             diffs = segment_diffs(exp, traj, ids, segments, row.forks, "strict", extra)

@@ -113,3 +113,17 @@ def test_templates_refusing_system_or_parallel_calls_still_work() -> None:
     )
     exp2 = Expander(tok, chat_template=single_call)
     assert exp2.report.skipped_cases == ["parallel"] and exp2.report.cases == 5
+
+
+def test_different_end_of_turn_after_tool_calls_is_refused_not_silent() -> None:
+    # A turn with tool calls ends in <|endoftext|> instead of <|im_end|>: one fixed tail cannot
+    # describe both, and the self-test must say so rather than mis-mask.
+    tok = cached_tokenizer("chatml")
+    eom = CHATML_TEMPLATE.replace(
+        "{%- endfor -%}\n{{- '<|im_end|>\\n' -}}\n{%- elif m.role == 'tool' -%}",
+        "{%- endfor -%}\n{{- ('<|endoftext|>' if m.tool_calls else '<|im_end|>') + '\\n' -}}\n"
+        "{%- elif m.role == 'tool' -%}",
+    )
+    assert eom != CHATML_TEMPLATE
+    with pytest.raises(TemplateError, match=r"case 'tool'.*not with its usual end of turn"):
+        Expander(tok, chat_template=eom)
