@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from agentrl.errors import TrajectoryFormatError
 from agentrl.tokens.arrays import Segment, SegmentKind, TokenizedTrajectory
 from agentrl.tokens.errors import ForkError, TemplateError, TokenCheckError
 from agentrl.tokens.selftest import TemplateReport, run_self_test
@@ -267,8 +268,9 @@ class Expander:
         n_turns = sum(1 for m in traj.messages if m.role == "assistant")
         if turn_rewards is not None:
             if len(turn_rewards) != n_turns:
-                raise ValueError(
-                    f"trajectory {traj.id!r}: {len(turn_rewards)} turn rewards for {n_turns} assistant turns"
+                raise TrajectoryFormatError(
+                    f"trajectory {traj.id!r}: turn_rewards has {len(turn_rewards)} entries for {n_turns} "
+                    "assistant turns; give one reward per assistant message"
                 )
             for k, r in enumerate(turn_rewards):
                 where = np.flatnonzero((turns == k) & (loss == 1))

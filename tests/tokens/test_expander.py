@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agentrl.errors import TrajectoryFormatError
 from agentrl.tokens import Expander, ForkError, TokenCheckError
 from agentrl.trajectory import Message, RewardBreakdown
 from tests.tokens.conftest import cached_expander, cached_tokenizer
@@ -327,7 +328,7 @@ def test_reward_on_last_sampled_token_never_masked(family: str) -> None:
     assert row2.token_level_scores[ends[0]] == pytest.approx(0.1)
     assert row2.token_level_scores[ends[1]] == pytest.approx(2.7)
     assert (row2.token_level_scores[row2.loss_mask == 0] == 0).all()
-    with pytest.raises(ValueError, match="1 turn rewards for 2"):
+    with pytest.raises(TrajectoryFormatError, match="1 entries for 2 assistant turns"):
         exp.expand(t.model_copy(update={"info": {"turn_rewards": [1.0]}}))
 
 
