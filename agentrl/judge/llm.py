@@ -20,7 +20,7 @@ from typing import Any
 
 from agentrl.errors import ConfigError, JudgeError
 from agentrl.judge.cache import VerdictCache, cache_key
-from agentrl.judge.client import CallFailed, complete
+from agentrl.judge.client import CallFailed, CallPool, complete
 from agentrl.judge.config import JudgeConfig
 from agentrl.judge.graders import grade_criterion
 from agentrl.judge.parse import parse_reply
@@ -63,20 +63,33 @@ class Judge:
         self.config = config or JudgeConfig()
         self._cache = VerdictCache(self.config.cache_path) if self.config.cache_path else None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sem: asyncio.Semaphore | None = None
+        self._calls: CallPool | None = None
         self._lock = threading.Lock()
 
-    def _semaphore(self) -> asyncio.Semaphore:
-        # A semaphore belongs to one event loop, and callers may use several (asyncio.run per
+    def _pool(self) -> CallPool:
+        # The pool's workers live on one event loop, and callers may use several (asyncio.run per
         # batch). Keeping the loop itself, not its id, rules out a new loop reusing a dead one's id.
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._loop is not loop or self._sem is None:
-                self._loop, self._sem = loop, asyncio.Semaphore(self.config.concurrency)
-            return self._sem
+            if self._loop is not loop or self._calls is None:
+                if self._calls is not None and self._loop is not None and not self._loop.is_closed():
+                    self._loop.call_soon_threadsafe(self._calls.close)
+                self._loop, self._calls = loop, CallPool(self.config.concurrency)
+            return self._calls
 
     def close(self) -> None:
-        """Close the verdict cache."""
+        """Close the verdict cache and stop the call workers (when called on their event loop)."""
+        with self._lock:
+            if self._calls is not None and self._loop is not None and not self._loop.is_closed():
+                try:
+                    running = asyncio.get_running_loop()
+                except RuntimeError:
+                    running = None
+                if running is self._loop:
+                    self._calls.close()
+                else:
+                    self._loop.call_soon_threadsafe(self._calls.close)
+            self._calls = self._loop = None
         if self._cache is not None:
             self._cache.close()
             self._cache = None
@@ -91,7 +104,7 @@ class Judge:
         for _ in range(1 + self.config.max_parse_retries):
             messages, _tag = build_messages(inp, remaining)
             try:
-                res = await complete(self.config, messages, self._semaphore())
+                res = await complete(self.config, messages, self._pool())
             except CallFailed as e:
                 stats.calls += e.attempts
                 return got, str(e)
