@@ -268,3 +268,17 @@ def test_one_judge_serves_several_event_loops(judge_server):
     items = [(make_trajectory(GOOD_REPORT, tid=str(i)), RUBRIC) for i in range(3)]
     for _ in range(3):  # a fresh loop each time, with calls queueing on the semaphore
         assert [r.total for r in asyncio.run(judge.score_many(items))] == [2.5] * 3
+
+
+def test_cancelling_a_batch_leaves_the_judge_usable(judge_server):
+    judge = Judge(config(judge_server, "slow", timeout_s=10))
+
+    async def cancelled() -> None:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await judge.score_many([(make_trajectory(GOOD_REPORT), RUBRIC)] * 3)
+
+    asyncio.run(cancelled())
+    judge.config = config(judge_server, "good")
+    assert asyncio.run(judge.score(make_trajectory(GOOD_REPORT), RUBRIC)).total == 2.5
+    judge.close()
