@@ -93,11 +93,18 @@ class OpenAIPolicy:
         self.send_tools = send_tools
         self.retries = retries
         self._extras_ok = logprobs
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            headers=headers,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        # Several small pools instead of one big one: httpcore's pool scans every connection for
+        # every queued request, which costs more than the requests themselves at high concurrency.
+        per_pool = 4
+        self._clients = [
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+                headers=headers,
+                limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool),
+            )
+            for _ in range(max(1, -(-max_connections // per_pool)))
+        ]
+        self._next = 0
 
     def _body(self, messages: list[Message], ctx: EpisodeContext) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": [_wire(m) for m in messages], **self.params}
@@ -113,7 +120,8 @@ class OpenAIPolicy:
         last = ""
         for attempt in range(self.retries + 1):
             try:
-                resp = await self._client.post(self.url, json=body)
+                self._next = (self._next + 1) % len(self._clients)
+                resp = await self._clients[self._next].post(self.url, json=body)
                 if resp.status_code != 429 and resp.status_code < 500:
                     return resp
                 last = f"HTTP {resp.status_code}: {resp.text[:200]}"
@@ -160,4 +168,5 @@ class OpenAIPolicy:
 
     async def aclose(self) -> None:
         """Close the connection pool."""
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()

@@ -193,7 +193,7 @@ async def run_rollout(
         if traj.info.get("needs_judge") and judge_model:
             deferred.append((traj, rubric))
         else:
-            store.append(traj)
+            await asyncio.to_thread(store.append, traj)  # fsync off the event loop
             summary.add(traj)
         if on_done:
             on_done(traj)

@@ -8,6 +8,7 @@ extensions with HTTP 400, as a plain OpenAI server would.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +28,12 @@ class FakeChatServer:
 
             def log_message(self, *a):
                 pass
+
+            def setup(self):
+                super().setup()
+                # Headers and body go out in two writes; without TCP_NODELAY, Nagle + delayed ACK
+                # add ~40 ms to every reply and the benchmark would measure that, not the client.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
