@@ -126,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 tasks=args.task,
                 limit=args.limit,
+                on_start=lambda total: progress.update(bar, total=total),
                 judge_model=args.judge_model,
                 judge_api_base=args.judge_api_base,
                 on_done=on_done,

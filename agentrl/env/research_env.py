@@ -24,6 +24,7 @@ from agentrl.env.spaces import FreeText
 from agentrl.env.suite import Task, load_suite
 from agentrl.env.tools import (
     TOOL_NAMES,
+    TOOL_SCHEMAS,
     ArgError,
     check_args,
     format_help,
@@ -82,7 +83,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
         self.observation_space = FreeText()
         self.action_space = FreeText()
         self.render_mode = render_mode
-        self.tools = __import__("agentrl.env.tools", fromlist=["TOOL_SCHEMAS"]).TOOL_SCHEMAS
+        self.tools = TOOL_SCHEMAS
         self.task: Task | None = None
         self.messages: list[Message] = []
         self._done = True

@@ -146,11 +146,13 @@ async def run_rollout(
     judge_model: str | None = None,
     judge_api_base: str | None = None,
     on_done: Callable[[Trajectory | None], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> RolloutSummary:
     """Run ``n`` samples of every task of the suite (or of ``tasks``), ``concurrency`` at a time.
 
     Trajectories are appended to ``out`` as they finish; pairs already there are skipped.
-    ``on_done`` is called once per finished (or failed, with None) episode, for progress bars.
+    ``on_start(total)`` is called once with the number of episodes to run and ``on_done`` once per
+    finished (or failed, with None) episode, for progress bars.
     """
     t0 = time.monotonic()
     first = ResearchEnv(config)
@@ -170,6 +172,8 @@ async def run_rollout(
                 summary.skipped += 1
             else:
                 todo.append((task, s))
+    if on_start:
+        on_start(len(todo))
     pool: asyncio.Queue[ResearchEnv] = asyncio.Queue()
     pool.put_nowait(first)
     for _ in range(min(concurrency, max(1, len(todo))) - 1):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -119,6 +120,9 @@ def site(target):
             return 302, {"Location": "/loop"}, b""
         if path == "/big":
             return 200, {"Content-Type": "text/plain"}, b"x" * 50_000
+        if path == "/slow":
+            time.sleep(1.0)
+            return 200, html, b"<p>late</p>"
         if path == "/bin":
             return 200, {"Content-Type": "application/octet-stream"}, b"\x00\x01"
         return 404, html, b"<p>nope</p>"
@@ -279,3 +283,17 @@ def test_env_with_http_search(search_server, small_suite):
     env.reset(seed=0)
     obs, *_ = env.step(call("search", query="anything"))
     assert "https://a.example/1" in obs
+
+
+def test_slow_tool_call_times_out_as_an_error_observation(site, small_suite):
+    cfg = {
+        "suite": str(small_suite),
+        "fetch": {"backend": "http", "allow_private": True},
+        "budgets": {"tool_timeout_s": 0.2},
+    }
+    env = ResearchEnv(cfg)
+    env.reset(seed=0)
+    t0 = time.monotonic()
+    obs, _, term, trunc, info = env.step(call("open_url", url=site.url("/slow")))
+    assert time.monotonic() - t0 < 0.9
+    assert "timed out" in obs and info["tool_timeouts"] == 1 and not term and not trunc

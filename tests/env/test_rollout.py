@@ -61,3 +61,54 @@ def test_cli_sandbox_build_and_rollout(tmp_path, capsys):
     args = p.parse_args(argv)
     assert args.handler(args) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["skipped"] == 44
+
+
+def test_llm_rubric_is_judged_in_a_batch_at_the_end(tmp_path):
+    """A rubric with LLM criteria: reward deferred in the env, then scored by the judge (local server)."""
+    from agentrl.policy import OraclePolicy
+
+    from .conftest import ALPHABET
+    from .openai_server import FakeChatServer
+
+    class JudgeServer(FakeChatServer):
+        def reply(self, body):
+            verdicts = {
+                "criteria": [
+                    {
+                        "id": "accuracy",
+                        "reasoning": "gives $12.3 billion for Q1",
+                        "verdict": "Fully Satisfied",
+                    },
+                    {"id": "temporal", "reasoning": "says not yet published", "verdict": "Fully Satisfied"},
+                ]
+            }
+            msg = {"role": "assistant", "content": json.dumps(verdicts)}
+            return {
+                "id": "j",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+            }
+
+    server = JudgeServer()
+    try:
+        out = tmp_path / "t.jsonl"
+        cfg = {"suite": str(ALPHABET), "judge": "deferred"}
+        s = asyncio.run(
+            run_rollout(
+                cfg,
+                OraclePolicy(),
+                out,
+                tasks=["alphabet-2025-cloud-llm"],
+                judge_model="judge-model",
+                judge_api_base=server.base,
+            )
+        )
+        assert s.judged == 1 and s.episodes == 1
+        (traj,) = list(read_trajectories(out))
+        assert traj.reward.status == "ok" and traj.reward.total == 2.5
+        assert {c.id: c.grader for c in traj.reward.criteria}["citation"] == "regex"
+        assert server.requests and server.requests[0]["model"] == "judge-model"
+    finally:
+        server.close()
