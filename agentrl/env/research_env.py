@@ -80,6 +80,11 @@ class ResearchEnv(gymnasium.Env[str, str]):
             _merge(self.suite.defaults, user), source=f"{self.suite.root}/env.yaml + config"
         )
         self._search, self._fetch, self._cache = make_backends(self.config, self.suite)
+        # Local backends (the sandbox index, a replay file) answer in microseconds: calling them
+        # directly saves a thread hop per tool call. Only network backends need the timeout thread.
+        self._local_tools = self.config.cache.mode == "replay" or (
+            self.config.search.backend == "sandbox" and self.config.fetch.backend == "sandbox"
+        )
         self.observation_space = FreeText()
         self.action_space = FreeText()
         self.render_mode = render_mode
@@ -286,12 +291,17 @@ class ResearchEnv(gymnasium.Env[str, str]):
             if self.config.tool_error_rate > 0 and self.np_random.random() < self.config.tool_error_rate:
                 self.counts["injected_faults"] += 1
                 raise ToolFailure("the tool is temporarily unavailable (injected fault); try again")
-            fut = _EXECUTOR.submit(self._tool_result, name, args)
-            try:
-                text = fut.result(timeout=self.config.budgets.tool_timeout_s)
-            except cf.TimeoutError:
-                self.counts["tool_timeouts"] += 1
-                raise ToolFailure(f"{name} timed out after {self.config.budgets.tool_timeout_s:g}s") from None
+            if self._local_tools:
+                text = self._tool_result(name, args)
+            else:
+                fut = _EXECUTOR.submit(self._tool_result, name, args)
+                try:
+                    text = fut.result(timeout=self.config.budgets.tool_timeout_s)
+                except cf.TimeoutError:
+                    self.counts["tool_timeouts"] += 1
+                    raise ToolFailure(
+                        f"{name} timed out after {self.config.budgets.tool_timeout_s:g}s"
+                    ) from None
             entry["ok"] = True
             return text
         except ToolFailure as e:
