@@ -10,9 +10,12 @@ from __future__ import annotations
 __all__ = [
     "AgentRLError",
     "ConfigError",
+    "ForkError",
     "JudgeError",
     "RubricError",
     "SchemaVersionError",
+    "TemplateError",
+    "TokenCheckError",
     "ToolError",
     "TrajectoryFormatError",
 ]
@@ -44,3 +47,18 @@ class JudgeError(AgentRLError):
 
 class ToolError(AgentRLError):
     """A tool backend failed in a way that is not the policy's fault (misconfiguration)."""
+
+
+class TemplateError(ConfigError):
+    """A chat template failed the token expander's self-test (it rewrites history in a way the
+    expander cannot handle, or renders in a way it cannot split); the message says why."""
+
+
+class TokenCheckError(AgentRLError):
+    """``check="strict"`` or ``"ignore_whitespace"`` found expanded ids that differ from a full
+    render of the conversation; the message lists the differing segments."""
+
+
+class ForkError(AgentRLError):
+    """``on_fork="error"``: the template would rewrite earlier turns of this trajectory, so a
+    chat-API rollout showed the model a different history than the appended token sequence."""

@@ -2,14 +2,14 @@
 
 ``Expander(tokenizer).expand(trajectory)`` gives a ``TokenizedTrajectory`` of aligned ``[L]`` arrays;
 ``collate`` and ``pack`` batch rows into torch tensors; ``token_logprobs`` aligns a model's logits
-with them. See ``docs/tokens.md``. Imports only ``agentrl.trajectory`` and ``agentrl.errors``;
+with them. See ``docs/tokens.md``. Imports only ``agentrl.trajectory``, ``agentrl.algos`` (log-probabilities) and ``agentrl.errors``;
 torch is imported lazily by the functions that return tensors.
 """
 
+from agentrl.errors import ForkError, TemplateError, TokenCheckError
 from agentrl.tokens.arrays import Segment, TokenizedTrajectory
 from agentrl.tokens.batch import block_causal_mask, collate, pack
 from agentrl.tokens.check import SegmentDiff
-from agentrl.tokens.errors import ForkError, TemplateError, TokenCheckError
 from agentrl.tokens.expander import CheckMode, Expander
 from agentrl.tokens.logprobs import token_logprobs
 from agentrl.tokens.selftest import TemplateReport

@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from agentrl.errors import TrajectoryFormatError
+from agentrl.errors import ForkError, TemplateError, TokenCheckError, TrajectoryFormatError
 from agentrl.tokens.arrays import Segment, SegmentKind, TokenizedTrajectory
-from agentrl.tokens.errors import ForkError, TemplateError, TokenCheckError
 from agentrl.tokens.selftest import TemplateReport, run_self_test
 from agentrl.tokens.template import ChatTemplate, message_to_template
-from agentrl.trajectory import Trajectory
+from agentrl.trajectory import Message, Trajectory
 
 if TYPE_CHECKING:
     from agentrl.tokens.check import SegmentDiff
@@ -130,6 +129,18 @@ class Expander:
         pieces, _ = self._plan(trajectory)
         ids, _, _, _, segments, extra = self._assemble(pieces)
         return segment_diffs(self, trajectory, ids, segments, self.find_forks(trajectory), mode, extra)
+
+    def generation_prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """The ids a policy conditions on for its next turn: this expander's row for ``messages``
+        (earlier turns exactly as sampled) followed by the generation prompt. Sampling from these
+        ids makes the rollout's context identical to the training row (token-in-token-out)."""
+        probe = Trajectory(
+            id="_prompt",
+            task_id="_prompt",
+            messages=[*messages, Message(role="assistant", content="", token_ids=[], finish_reason="length")],
+        )
+        # An empty turn cut by the generation limit ends the row right after its generation prompt.
+        return self._expand(probe, None, "off").input_ids.tolist()
 
     def render_count(self) -> int:
         """Template renders made so far by this expander (the self-test included)."""

@@ -20,6 +20,7 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     ``old_logprobs`` under ``loss_mask``."""
     import torch
 
-    lp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = lp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    from agentrl.algos import logprobs_from_logits
+
+    picked = logprobs_from_logits(logits[:, :-1], input_ids[:, 1:]).float()
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)

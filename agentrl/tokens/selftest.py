@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentrl.errors import TemplateError
 from agentrl.tokens.check import format_diffs, segment_diffs
-from agentrl.tokens.errors import TemplateError
 from agentrl.tokens.template import message_to_template
 from agentrl.trajectory import Message, Trajectory
 

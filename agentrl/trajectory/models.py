@@ -75,6 +75,9 @@ class Message(BaseModel):
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     finish_reason: str | None = None
+    tool_call_format: str | None = None
+    """Set by the env when it parsed ``tool_calls`` out of the text ``content`` (``hermes``,
+    ``search_r1``): the calls are already in the content, so renderers must not write them again."""
 
     @model_validator(mode="after")
     def _check_tito(self) -> Message:

@@ -24,12 +24,13 @@ def test_exported_members() -> None:
     assert exported == set(agentrl.tokens.__all__)
 
 
-def test_imports_only_trajectory_and_errors_from_agentrl() -> None:
+def test_imports_only_layer_zero_and_errors_from_agentrl() -> None:
+    # Layer 1: trajectory and algos (layer 0, for the log-softmax of token_logprobs) and errors; never judge.
     root = pathlib.Path(agentrl.tokens.__file__).parent
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentrl"):
-                assert node.module.split(".")[1] in {"tokens", "trajectory", "errors"}, (
+                assert node.module.split(".")[1] in {"tokens", "trajectory", "algos", "errors"}, (
                     path.name,
                     node.module,
                 )

@@ -420,3 +420,34 @@ def test_renders_grow_linearly_with_turns() -> None:
         counts.append(exp.render_count() - before)
     assert counts[2] - counts[1] == 2 * (counts[1] - counts[0])  # linear, one short render per turn
     assert counts[2] <= 16 + 3
+
+
+def test_calls_the_env_parsed_from_text_are_rendered_once() -> None:
+    tok = cached_tokenizer("chatml")
+    exp = cached_expander("chatml")
+    text = '<tool_call>\n{"name": "search", "arguments": {"query": "cloud revenue"}}\n</tool_call>'
+    as_written = Message(role="assistant", content=text)
+    parsed = Message(role="assistant", content=text, tool_calls=[call(1)], tool_call_format="hermes")
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": "1. result"}
+    plain = exp.expand(traj(SYS, USER, as_written, tool))
+    annotated = exp.expand(traj(SYS, USER, parsed, tool))
+    assert annotated.input_ids.tolist() == plain.input_ids.tolist()
+    assert tok.decode(annotated.input_ids.tolist()).count("<tool_call>") == 1
+    # Calls that were not in the text (OpenAI function calling) are still rendered.
+    native = Message(role="assistant", content="", tool_calls=[call(1)])
+    assert tok.decode(exp.expand(traj(SYS, USER, native, tool)).input_ids.tolist()).count("<tool_call>") == 1
+
+
+@pytest.mark.parametrize("family", ["chatml", "llama3", "glm"])
+def test_generation_prompt_ids_are_the_prefix_of_the_training_row(family: str) -> None:
+    tok = cached_tokenizer(family)
+    exp = cached_expander(family)
+    first = sampled([*enc(tok, "I will search"), tid(tok, tok.eos_token)], "I will search", tool_calls=[call(1)])
+    history = [SYS, USER, first, {"role": "tool", "tool_call_id": "call_1", "content": "1. result"}]
+    prompt = exp.generation_prompt_ids(traj(*history).messages)
+    second_ids = [*enc(tok, "Done"), tid(tok, tok.eos_token)]
+    row = exp.expand(traj(*history, sampled(second_ids, "Done")))
+    # The policy's context for turn 2 is exactly the row up to turn 2's first sampled token.
+    start = int(np.flatnonzero(row.turn_ids == 1)[0])
+    assert row.input_ids[:start].tolist() == prompt
+    assert row.input_ids[start : start + len(second_ids)].tolist() == second_ids
