@@ -109,3 +109,17 @@ def test_message_dicts_never_raise(args, name):
         }
     )
     parse_turn({"content": 5, "tool_calls": "nonsense"})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=20))
+def test_env_step_never_raises_on_arbitrary_turns(parts):
+    from agentrl.env import ResearchEnv
+
+    from .conftest import ALPHABET
+
+    env = ResearchEnv({"suite": str(ALPHABET)})
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, _ = env.step("".join(parts))
+    assert isinstance(obs, str) and isinstance(reward, float)
+    assert terminated or truncated or obs  # a turn that is not an answer always gets an observation

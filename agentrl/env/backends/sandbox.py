@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -112,7 +113,7 @@ class SandboxBackend:
         )
         retriever = bm25s.BM25()
         retriever.index(tokens, show_progress=False)
-        tmp = index_dir.with_name(index_dir.name + f".tmp{threading.get_ident()}")
+        tmp = index_dir.with_name(index_dir.name + f".tmp{os.getpid()}-{threading.get_ident()}")
         try:  # write to a temp dir and rename, so a concurrent reader never sees half an index
             tmp.mkdir(parents=True, exist_ok=True)
             retriever.save(str(tmp), show_progress=False)
