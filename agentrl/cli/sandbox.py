@@ -26,6 +26,9 @@ def register(subparsers: Any) -> None:
         "--out", default="envs/sandbox-build", help="output directory (default envs/sandbox-build)"
     )
     b.add_argument("--index", action="store_true", help="also build the BM25 index now")
+    b.add_argument(
+        "--llm-criteria", action="store_true", help="add an LLM-graded sourcing criterion to every rubric"
+    )
     b.set_defaults(handler=_build)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
@@ -42,7 +45,7 @@ def _build(args: argparse.Namespace) -> int:
     from agentrl.env.sandbox import build
 
     t0 = time.monotonic()
-    stats = build(args.out, seed=args.seed, companies=args.companies)
+    stats = build(args.out, seed=args.seed, companies=args.companies, llm_criteria=args.llm_criteria)
     if args.index:
         from agentrl.env.backends.sandbox import sandbox_backend
 

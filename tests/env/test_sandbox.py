@@ -110,3 +110,13 @@ def test_alphabet_trap_matches_reference():
     assert _episode(env, good, task) == pytest.approx(2.5)
     assert _episode(env, gossip, task) == pytest.approx(0.5)
     assert _episode(env, good, env.suite.task("alphabet-q4-2024-cloud")) == pytest.approx(2.5)
+
+
+def test_llm_criteria_defer_the_reward(tmp_path):
+    build(tmp_path, seed=1, companies=1, llm_criteria=True)
+    env = ResearchEnv({"suite": str(tmp_path)})
+    task = env.suite.tasks[0]
+    assert task.rubric["criteria"][-1]["id"] == "sourcing"
+    assert _episode(env, OraclePolicy(), task) == 0.0
+    traj = env.trajectory()
+    assert traj.info["needs_judge"] and traj.reward is None

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENERATOR_VERSION", "build", "materialize"]
+__all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "build", "materialize"]
 
 #: Bump when the generator's output changes, so cached builds are not reused.
 GENERATOR_VERSION = 1
@@ -26,8 +26,22 @@ budgets: {max_turns: 8, max_tool_calls: 16}
 """
 
 
-def build(out_dir: str | os.PathLike[str], *, seed: int = 0, companies: int = 50) -> dict[str, Any]:
-    """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind and family)."""
+#: The optional LLM criterion (``build(..., llm_criteria=True)``): what regexes cannot check.
+LLM_CRITERION = {
+    "id": "sourcing",
+    "text": "Attributes each figure to the official source it comes from and does not present analyst "
+    "predictions or rumours as reported results.",
+    "weight": 0.5,
+}
+
+
+def build(
+    out_dir: str | os.PathLike[str], *, seed: int = 0, companies: int = 50, llm_criteria: bool = False
+) -> dict[str, Any]:
+    """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind and family).
+
+    ``llm_criteria`` adds ``LLM_CRITERION`` to every rubric (scoring then needs a judge model).
+    """
     from agentrl.env.sandbox.pages import render_company
     from agentrl.env.sandbox.tasks import make_tasks
     from agentrl.env.sandbox.world import make_world
@@ -44,6 +58,10 @@ def build(out_dir: str | os.PathLike[str], *, seed: int = 0, companies: int = 50
         cp = render_company(comp, page_rng)
         pages.extend(cp)
         tasks.extend(make_tasks(comp, {p["id"]: p for p in cp}, task_rng))
+    if llm_criteria:
+        for t in tasks:
+            t["rubric"]["criteria"].append(dict(LLM_CRITERION))
+            t["ground_truth"]["max_score"] += LLM_CRITERION["weight"]
     tmp = out / ".tmp"
     tmp.mkdir(exist_ok=True)
     with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as f:
