@@ -18,7 +18,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--suite", default=None, help="suite directory (default: the generated sandbox)")
     p.add_argument("--config", default=None, help="an env.yaml with search/fetch/cache/budgets settings")
-    p.add_argument("--policy", default="oracle", help="oracle | openai:MODEL (default: oracle)")
+    p.add_argument(
+        "--policy", default="oracle", help="oracle | openai:MODEL | litellm:MODEL (default: oracle)"
+    )
     p.add_argument("--noise", type=float, default=None, help="oracle: probability of opening a distractor")
     p.add_argument(
         "--api-base", default=None, help="openai: base URL of the server, e.g. http://127.0.0.1:8000/v1"

@@ -16,7 +16,7 @@ __all__ = ["EpisodeContext", "OraclePolicy", "Policy", "make_policy"]
 
 
 def make_policy(spec: str, **kwargs: Any) -> Policy:
-    """A policy from a CLI spec: ``oracle`` or ``openai:MODEL``.
+    """A policy from a CLI spec: ``oracle``, ``openai:MODEL`` or ``litellm:MODEL``.
 
     Keyword arguments go to the policy's constructor (``noise`` for the oracle; ``api_base``,
     ``api_key``, ``temperature``, ``max_tokens``, ``concurrency`` for openai); None values are dropped.
@@ -42,4 +42,20 @@ def make_policy(spec: str, **kwargs: Any) -> Policy:
             "top_p",
         }
         return OpenAIPolicy(model, **{k: v for k, v in kwargs.items() if k in allowed})
-    raise ConfigError(f"--policy: unknown policy {spec!r}; expected oracle or openai:MODEL")
+    if kind == "litellm":
+        if not model:
+            raise ConfigError("--policy: litellm needs a model name, as litellm:MODEL")
+        from agentrl.policy.litellm_policy import LiteLLMPolicy
+
+        allowed = {
+            "api_base",
+            "api_key",
+            "temperature",
+            "max_tokens",
+            "timeout_s",
+            "retries",
+            "top_p",
+            "send_tools",
+        }
+        return LiteLLMPolicy(model, **{k: v for k, v in kwargs.items() if k in allowed})
+    raise ConfigError(f"--policy: unknown policy {spec!r}; expected oracle, openai:MODEL or litellm:MODEL")

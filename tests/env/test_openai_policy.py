@@ -95,3 +95,15 @@ def test_rollout_with_openai_policy_stores_tito(server, small_suite, tmp_path):
     second = next(r for r in server.requests if any(m["role"] == "assistant" for m in r["messages"]))
     assistant = next(m for m in second["messages"] if m["role"] == "assistant")
     assert "tool_calls" not in assistant and "<tool_call>" in assistant["content"]
+
+
+def test_litellm_policy_against_a_local_server(server):
+    async def go():
+        p = make_policy("litellm:openai/tiny", api_base=server.base, api_key="local", retries=0)
+        msg = await p.act([Message(role="user", content="hi")], _ctx())
+        await p.aclose()
+        return msg
+
+    msg = asyncio.run(go())
+    assert "<tool_call>" in msg.text and msg.token_ids is None
+    assert server.requests[-1]["model"] == "tiny"

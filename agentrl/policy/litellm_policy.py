@@ -1,0 +1,89 @@
+"""A policy served by any litellm model (``litellm:MODEL``): hosted APIs without token ids.
+
+litellm is imported on first use, with its price map read locally (it would fetch it from the
+network otherwise). Hosted APIs return no token ids, so these turns carry no TITO data: they are
+for evaluation and data collection, not for on-policy training. Retries are bounded and use
+exponential backoff; litellm's own retries are switched off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from agentrl.policy.base import EpisodeContext
+from agentrl.policy.openai import PolicyError, _wire
+from agentrl.trajectory import Message
+
+__all__ = ["LiteLLMPolicy"]
+
+
+class LiteLLMPolicy:
+    """``litellm:MODEL`` (any model string litellm knows, e.g. ``openai/gpt-4.1-mini``)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        temperature: float = 1.0,
+        top_p: float | None = None,
+        max_tokens: int = 2048,
+        timeout_s: float = 120.0,
+        retries: int = 3,
+        send_tools: bool = False,
+    ):
+        self.model = model
+        self.name = f"litellm:{model}"
+        self.kwargs: dict[str, Any] = {
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "timeout": timeout_s,
+        }
+        if top_p is not None:
+            self.kwargs["top_p"] = top_p
+        if api_base:
+            self.kwargs["api_base"] = api_base
+        if api_key:
+            self.kwargs["api_key"] = api_key
+        self.retries = retries
+        self.send_tools = send_tools
+
+    async def act(self, messages: list[Message], ctx: EpisodeContext) -> Message:
+        """One assistant turn from the model (no token ids)."""
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        kwargs = dict(self.kwargs)
+        if self.send_tools and ctx.tools:
+            kwargs["tools"] = ctx.tools
+        last = ""
+        for attempt in range(self.retries + 1):
+            try:
+                resp = await litellm.acompletion(
+                    model=self.model, messages=[_wire(m) for m in messages], num_retries=0, **kwargs
+                )
+                choice = resp.choices[0]
+                msg = choice.message
+                fields: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": msg.content or "",
+                    "finish_reason": choice.finish_reason,
+                }
+                if getattr(msg, "tool_calls", None):
+                    fields["tool_calls"] = [tc.model_dump() for tc in msg.tool_calls]
+                if getattr(msg, "reasoning_content", None):
+                    fields["reasoning_content"] = msg.reasoning_content
+                return Message.model_validate(fields)
+            except (litellm.exceptions.BadRequestError, litellm.exceptions.AuthenticationError) as e:
+                raise PolicyError(f"{self.model}: {e}") from None
+            except Exception as e:  # rate limits, timeouts, 5xx, connection errors: retry
+                last = f"{type(e).__name__}: {e}"
+            if attempt < self.retries:
+                await asyncio.sleep(min(8.0, 0.5 * 2**attempt))
+        raise PolicyError(f"{self.model}: no answer after {self.retries + 1} tries ({last[:300]})")
+
+    async def aclose(self) -> None:
+        """Nothing to release (litellm keeps its own clients)."""
