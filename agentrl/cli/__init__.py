@@ -18,7 +18,7 @@ from agentrl import __version__
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: Modules under ``agentrl.cli`` that each register one or more sub-commands, in ``--help`` order.
-COMMANDS: tuple[str, ...] = ("explain", "judge", "rubric", "rollout", "sandbox")
+COMMANDS: tuple[str, ...] = ("train", "rollout", "judge", "rubric", "sandbox", "explain")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -75,7 +75,8 @@ class ValueModel(nn.Module):
     """A transformer backbone with a scalar head: ``values[:, t]`` = V(s_t), shape [B, T].
 
     ``backbone`` is a base model returning ``last_hidden_state`` (for a separate critic), or a causal
-    LM whose last hidden state is read (``shared=True``, the head sits on the policy's features).
+    LM whose last hidden state is read (``shared=True``: the head sits on the policy's detached
+    features and only the head is trained by the value loss).
     """
 
     def __init__(self, backbone: nn.Module, hidden_size: int, shared: bool = False) -> None:
@@ -99,8 +100,12 @@ class ValueModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         if self.shared:
-            out = self.backbone(input_ids=input_ids, output_hidden_states=True, **kwargs)
-            hidden = out.hidden_states[-1]
+            # The policy's features, detached: the policy loss alone trains the shared backbone, so
+            # the actor and critic optimisers never step the same parameters.
+            with torch.no_grad():
+                hidden = self.backbone(
+                    input_ids=input_ids, output_hidden_states=True, **kwargs
+                ).hidden_states[-1]
         else:
             hidden = self.backbone(input_ids=input_ids, **kwargs).last_hidden_state
         return shifted(self.head(hidden.to(self.head.weight.dtype)).squeeze(-1))

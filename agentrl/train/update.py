@@ -26,7 +26,6 @@ from agentrl.algos import (
     gae,
     grpo_advantages,
     kl_penalty,
-    logprobs_from_logits,
     masked_mean,
     masked_sum,
     masked_whiten,
@@ -35,6 +34,7 @@ from agentrl.algos import (
     rloo_advantages,
     value_loss,
 )
+from agentrl.tokens import token_logprobs
 from agentrl.train.config import AlgorithmConfig
 
 __all__ = [
@@ -61,14 +61,13 @@ def forward_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token t | tokens < t) at temperature ``temperature``, and optionally the entropy of that
     distribution: ([B, T], [B, T] or None), 0 at t = 0 (the logits at t − 1 predict token t)."""
-    logits = model(**_inputs(batch)).logits[:, :-1]
+    logits = model(**_inputs(batch)).logits
     if temperature != 1.0:
         logits = logits / temperature
-    lp = logprobs_from_logits(logits, batch["input_ids"][:, 1:])
-    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    lp = token_logprobs(logits, batch["input_ids"])
     if not with_entropy:
         return lp, None
-    ent = entropy_from_logits(logits.float())
+    ent = entropy_from_logits(logits[:, :-1].float())
     return lp, torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
 
 

@@ -156,9 +156,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tok, agg):
         orig_step = opt.step
 
         def step(*a, _orig=orig_step, _m=actor, _c=captured, **k):
-            _c["g"] = torch.cat(
-                [p.grad.flatten() for p in _m.parameters() if p.grad is not None]
-            ).clone()
+            _c["g"] = torch.cat([p.grad.flatten() for p in _m.parameters() if p.grad is not None]).clone()
             return _orig(*a, **k)
 
         opt.step = step

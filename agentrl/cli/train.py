@@ -1,0 +1,65 @@
+"""``agentrl train CONFIG.yaml``: rollouts → judge → expand → advantages → updates, with logs and checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a policy with PPO or GRPO from a YAML config",
+        description="Train a policy with PPO or GRPO. Every config field has a default; see --print-config.",
+    )
+    p.add_argument("config", nargs="?", help="training config YAML (e.g. examples/quickstart.yaml)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set optim.lr=0 --set steps=10 (repeatable)",
+    )
+    p.add_argument(
+        "--print-config", action="store_true", help="print the resolved config (defaults filled) and exit"
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="print one line per step instead of a progress bar"
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agentrl.errors import ConfigError
+    from agentrl.train.config import TrainConfig, load_train_config
+
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key] = _value(value)
+    if args.config:
+        cfg = load_train_config(args.config, overrides)
+    elif args.print_config:
+        cfg = TrainConfig()
+    else:
+        raise ConfigError("give a config file, e.g. agentrl train examples/quickstart.yaml")
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        return 0
+    from agentrl.train.trainer import Trainer
+
+    summary = Trainer(cfg, progress=not args.no_progress).run(resume=args.resume)
+    print(json.dumps({k: v for k, v in summary.items() if k != "final"}, indent=2))
+    return 0

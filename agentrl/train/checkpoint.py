@@ -1,0 +1,54 @@
+"""Checkpoints: model, critic, optimisers, schedulers, KL coefficient, step and every RNG state,
+so that ``agentrl train --resume`` continues exactly where a run stopped."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+
+
+def save_checkpoint(directory: Path, step: int, state: dict[str, Any]) -> Path:
+    """Write ``state`` (state dicts and plain values) to ``directory/step_NNNNN`` atomically."""
+    final = directory / f"step_{step:05d}"
+    tmp = directory / f".step_{step:05d}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    rng = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    torch.save({**state, "step": step, "rng": rng}, tmp / "state.pt")
+    (tmp / "meta.json").write_text(json.dumps({"step": step}))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint with the highest step under ``directory``, or None."""
+    found = sorted(p for p in directory.glob("step_*") if (p / "state.pt").exists())
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint and restore the RNG states; returns the saved state (``step`` included)."""
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    rng = state["rng"]
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return state

@@ -1,0 +1,109 @@
+"""Batched sampling from a transformers causal LM, recording exactly what was sampled (TITO).
+
+A small explicit loop instead of ``model.generate``: prompts are left-padded into one batch, the
+KV cache advances one token per step, and every row samples with its own ``torch.Generator``
+(Gumbel-max over the processed log-probabilities), so a row's tokens depend only on its seed and
+its prompt, never on which other rows share the batch. Each row stops at its first stop token
+(kept, as sampled) or at ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["Sample", "sample_batch"]
+
+
+@dataclass
+class Sample:
+    """One sampled turn: ids as sampled (stop token included when one was sampled), the sampling
+    distribution's log-probability of each, and ``finish_reason`` (``stop`` or ``length``)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+def _process(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Log-probabilities of the sampling distribution: temperature, then nucleus truncation."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_lp, order = logp.sort(dim=-1, descending=True)
+        cum = sorted_lp.exp().cumsum(-1)
+        drop_sorted = cum - sorted_lp.exp() >= top_p  # keep the smallest prefix whose mass reaches top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp = torch.log_softmax(logp.masked_fill(drop, float("-inf")), dim=-1)
+    return logp
+
+
+@torch.no_grad()
+def sample_batch(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    seeds: Sequence[int],
+    stop_ids: set[int],
+    pad_id: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> list[Sample]:
+    """Sample one continuation per prompt. ``prompts``: B lists of token ids; ``seeds``: B ints."""
+    if len(prompts) != len(seeds):
+        raise ValueError("one seed per prompt")
+    if not prompts:
+        return []
+    device = next(model.parameters()).device
+    B, P = len(prompts), max(len(p) for p in prompts)
+    input_ids = torch.full((B, P), pad_id, dtype=torch.long)
+    attn = torch.zeros(B, P, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, P - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        attn[i, P - len(p) :] = 1
+    input_ids, attn = input_ids.to(device), attn.to(device)
+    positions = (attn.cumsum(-1) - 1).clamp_min(0)
+    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    was_training = model.training
+    model.eval()
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=positions, use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1]
+    next_pos = positions[:, -1] + 1
+    tokens: list[list[int]] = [[] for _ in range(B)]
+    lps: list[list[float]] = [[] for _ in range(B)]
+    done = [False] * B
+    for _ in range(max_new_tokens):
+        logp = _process(logits, temperature, top_p)
+        V = logp.shape[-1]
+        # Gumbel-max with per-row generators: argmax(logp + G) samples from softmax(logp).
+        u = torch.stack([torch.rand(V, generator=g) for g in gens]).clamp_(1e-12, 1 - 1e-7).to(device)
+        choice = (logp - torch.log(-torch.log(u))).argmax(-1)
+        picked = logp.gather(-1, choice[:, None]).squeeze(-1).tolist()
+        chosen = choice.tolist()
+        for i in range(B):
+            if done[i]:
+                continue
+            tokens[i].append(chosen[i])
+            lps[i].append(picked[i])
+            done[i] = chosen[i] in stop_ids
+        if all(done):
+            break
+        step_ids = torch.tensor([pad_id if d and not t else t[-1] for d, t in zip(done, tokens, strict=True)])
+        attn = torch.cat([attn, torch.ones(B, 1, dtype=attn.dtype, device=device)], dim=1)
+        out = model(
+            input_ids=step_ids[:, None].to(device),
+            attention_mask=attn,
+            position_ids=next_pos[:, None],
+            past_key_values=past,
+            use_cache=True,
+        )
+        past, logits = out.past_key_values, out.logits[:, -1]
+        next_pos = next_pos + 1
+    model.train(was_training)
+    return [
+        Sample(t, lp, "stop" if t and t[-1] in stop_ids else "length")
+        for t, lp in zip(tokens, lps, strict=True)
+    ]

@@ -1,0 +1,138 @@
+"""Run logging: ``metrics.jsonl`` (one line per step, verl's metric names), a live progress bar,
+optional TensorBoard / W&B, and the final summary with a reward-curve PNG."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunLog", "summarize_rewards"]
+
+REWARD_KEY = "critic/score/normalized_mean"
+
+
+def summarize_rewards(rewards: list[float], frac: float = 0.2) -> dict[str, float]:
+    """Mean reward over the first and the last ``frac`` of the steps, and the difference."""
+    if not rewards:
+        return {}
+    k = max(1, round(len(rewards) * frac))
+    first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
+    return {"reward_first": first, "reward_last": last, "reward_gain": last - first, "window_steps": float(k)}
+
+
+class RunLog:
+    """Append-only metrics for one output directory; survives resumes without duplicate steps."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.path = out / "metrics.jsonl"
+        self.rows: list[dict[str, Any]] = []
+        if self.path.exists():
+            self.rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        self._bar = None
+        self._writers: list[Any] = []
+
+    def truncate_after(self, step: int) -> None:
+        """Forget steps after ``step`` (a resumed run recomputes them)."""
+        self.rows = [r for r in self.rows if r.get("step", 0) <= step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+
+    def sft(self, k: int, loss: float) -> None:
+        with open(self.out / "sft.jsonl", "a") as f:
+            f.write(json.dumps({"sft/step": k, "sft/loss": loss}) + "\n")
+
+    def start(self, cfg: Any, progress: bool) -> None:
+        """Open the progress bar and the optional TensorBoard / W&B writers."""
+        if cfg.log_tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writers.append(("tb", SummaryWriter(str(self.out / "tensorboard"))))
+            except ImportError:
+                print("log_tensorboard: tensorboard is not installed; skipping")
+        if cfg.log_wandb:
+            try:
+                import wandb
+
+                self._writers.append(
+                    ("wandb", wandb.init(project="agentrl", config=cfg.model_dump(mode="json")))
+                )
+            except ImportError:
+                print("log_wandb: wandb is not installed; skipping")
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("reward {task.fields[reward]}"),
+                TimeElapsedColumn(),
+            )
+            self._task = self._bar.add_task("train", total=cfg.steps, completed=len(self.rows), reward="–")
+            self._bar.start()
+
+    def step(self, metrics: dict[str, float]) -> None:
+        """Record one step's metrics (flushed at once)."""
+        self.rows.append(metrics)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        step = int(metrics["step"])
+        for kind, w in self._writers:
+            if kind == "tb":
+                for k, v in metrics.items():
+                    w.add_scalar(k, v, step)
+            else:
+                w.log(metrics, step=step)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, reward=f"{metrics.get(REWARD_KEY, 0.0):.3f}")
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        for kind, w in self._writers:
+            w.close() if kind == "tb" else w.finish()
+        self._writers = []
+
+    def finish(self) -> dict[str, Any]:
+        """Write ``summary.json`` and ``reward_curve.png``; return the summary."""
+        rewards = [r.get(REWARD_KEY, 0.0) for r in self.rows]
+        summary: dict[str, Any] = {"steps": len(self.rows), **summarize_rewards(rewards)}
+        if self.rows:
+            summary["time_s"] = sum(r.get("timing_s/step", 0.0) for r in self.rows)
+            summary["final"] = {k: v for k, v in self.rows[-1].items() if not k.startswith("timing")}
+        png = self._plot(rewards)
+        if png:
+            summary["reward_curve"] = str(png)
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _plot(self, rewards: list[float]) -> Path | None:
+        if not rewards:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+        steps = list(range(1, len(rewards) + 1))
+        ax.plot(steps, rewards, marker="o", markersize=3, label="mean reward (normalized)")
+        k = max(1, len(rewards) // 10)
+        smooth = [
+            sum(rewards[max(0, i - k + 1) : i + 1]) / len(rewards[max(0, i - k + 1) : i + 1])
+            for i in range(len(rewards))
+        ]
+        ax.plot(steps, smooth, label=f"moving mean ({k} steps)")
+        ax.set_xlabel("step")
+        ax.set_ylabel("reward")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        fig.tight_layout()
+        path = self.out / "reward_curve.png"
+        fig.savefig(path)
+        plt.close(fig)
+        return path

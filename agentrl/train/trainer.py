@@ -1,0 +1,396 @@
+"""The training loop: rollout → judge → expand → advantages → update → log, one step at a time.
+
+``Trainer(cfg).run()`` builds (or resumes) everything from a ``TrainConfig``, optionally warm-starts
+the policy on oracle trajectories, then runs ``cfg.steps`` RL steps. Every step's trajectories are
+saved as JSONL, its metrics appended to ``metrics.jsonl`` (verl's metric names), and checkpoints
+written every ``checkpoint_every`` steps. Randomness is derived from (seed, step), so a resumed run
+continues exactly as an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.algos import AdaptiveKLController, FixedKLController, masked_mean
+from agentrl.env import ResearchEnv
+from agentrl.errors import ConfigError
+from agentrl.tokens import Expander, collate
+from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.train.config import TrainConfig
+from agentrl.train.episodes import Job, run_policy_episodes
+from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
+from agentrl.train.report import RunLog
+from agentrl.train.sft import collect_oracle_trajectories, sft_step
+from agentrl.train.update import (
+    compute_advantages,
+    forward_logprobs,
+    forward_values,
+    update_actor,
+    update_critic,
+)
+from agentrl.trajectory import Trajectory, write_trajectories
+
+__all__ = ["Trainer", "normalized_reward"]
+
+
+def _seed(*parts: Any) -> int:
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") & 0x7FFFFFFF
+
+
+def normalized_reward(traj: Trajectory) -> float:
+    """The reward on [0, 1]: total / Σ positive weights of its rubric, clipped (total when unknown)."""
+    assert traj.reward is not None and traj.reward.total is not None
+    pos = sum(c.weight for c in traj.reward.criteria if c.weight > 0)
+    return min(max(traj.reward.total / pos, 0.0), 1.0) if pos > 0 else traj.reward.total
+
+
+class Trainer:
+    """Owns the models, optimisers, env pool and logs of one run (see the module docstring)."""
+
+    def __init__(self, cfg: TrainConfig, *, progress: bool = True) -> None:
+        self.cfg = cfg
+        self.out = Path(cfg.output_dir)
+        self.progress = progress
+        self.step = 0
+
+    # ---- setup ---------------------------------------------------------------------------------
+    def _device(self) -> torch.device:
+        if self.cfg.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.cfg.device)
+
+    def _env_config(self) -> dict[str, Any]:
+        r = self.cfg.rollout
+        env = json.loads(json.dumps(r.env))  # a deep copy
+        env.setdefault("suite", r.suite)
+        env.setdefault("budgets", {}).setdefault("max_turns", r.max_turns)
+        return env
+
+    def setup(self, resume: bool = False) -> None:
+        """Build the tokenizer, models, optimisers and env pool; restore a checkpoint when resuming."""
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        torch.manual_seed(cfg.seed)
+        self.device = self._device()
+        self.env_config = self._env_config()
+        probe = ResearchEnv(self.env_config)
+        self.tasks = probe.suite.tasks
+        if not self.tasks:
+            raise ConfigError(f"rollout.suite {cfg.rollout.suite!r} has no tasks")
+        self.envs: list[ResearchEnv] = [probe]
+        self.sft_data: list[Trajectory] = []
+        if cfg.sft_steps > 0 and not resume:
+            rng = random.Random(_seed(cfg.seed, "sft"))
+            tasks = rng.sample(self.tasks, min(len(self.tasks), 256))
+            self.sft_data = collect_oracle_trajectories(self.env_config, tasks, cfg.sft_noise, cfg.seed)
+        self.tokenizer = self._tokenizer(resume)
+        self.stop_ids = {self.tokenizer.convert_tokens_to_ids(self.tokenizer.eos_token)}
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.expander = Expander(self.tokenizer, max_len=cfg.rollout.max_len)
+        self.model = self._policy().to(self.device)
+        a = cfg.algorithm
+        self.ref = frozen_copy(self.model) if (a.kl_in_reward or a.kl_loss_coef > 0) else None
+        self.critic = None
+        if a.name == "ppo":
+            self.critic = ValueModel.from_policy(self.model, shared=cfg.model.critic_backbone == "shared")
+            self.critic.to(self.device)
+        o = cfg.optim
+        self.opt = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=o.lr,
+            betas=o.betas,
+            weight_decay=o.weight_decay,
+        )
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, self._lr_lambda)
+        self.critic_opt = None
+        if self.critic is not None:
+            self.critic_opt = torch.optim.AdamW(
+                [p for p in self.critic.parameters() if p.requires_grad],
+                lr=o.critic_lr,
+                betas=o.betas,
+                weight_decay=o.weight_decay,
+            )
+        self.kl_ctrl = (
+            AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon)
+            if a.kl_target is not None
+            else FixedKLController(a.kl_coef)
+        )
+        self.log = RunLog(self.out)
+        if resume:
+            self._restore()
+
+    def _tokenizer(self, resume: bool) -> Any:
+        from transformers import AutoTokenizer
+
+        cfg = self.cfg.model
+        saved = self.out / "tokenizer"
+        if resume and saved.exists():
+            return AutoTokenizer.from_pretrained(saved)
+        if cfg.tokenizer:
+            return AutoTokenizer.from_pretrained(cfg.tokenizer)
+        if not cfg.path.startswith("tiny:"):
+            return AutoTokenizer.from_pretrained(cfg.path)
+        from agentrl.train.tokenizer import train_chat_tokenizer
+
+        data = self.sft_data or collect_oracle_trajectories(
+            self.env_config, self.tasks[: min(len(self.tasks), 64)], 0.5, self.cfg.seed
+        )
+        texts = [m.text for t in data for m in t.messages] * 2
+        tok = train_chat_tokenizer(texts, cfg.tokenizer_vocab_size)
+        tok.save_pretrained(saved)
+        return tok
+
+    def _policy(self) -> torch.nn.Module:
+        cfg = self.cfg.model
+        if cfg.path.startswith("tiny:"):
+            model = build_tiny_model(len(self.tokenizer), cfg.path, seed=self.cfg.seed)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            dtype = {
+                "auto": "auto",
+                "float32": torch.float32,
+                "bfloat16": torch.bfloat16,
+                "float16": torch.float16,
+            }
+            model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype[cfg.dtype])
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if cfg.lora_rank > 0:
+            try:
+                from peft import LoraConfig, get_peft_model
+            except ImportError:
+                raise ConfigError("model.lora_rank > 0 needs peft: pip install peft") from None
+            model = get_peft_model(model, LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank))
+        return model
+
+    def _lr_lambda(self, step: int) -> float:
+        o, total = self.cfg.optim, max(self.cfg.steps, 1)
+        if step < o.warmup_steps:
+            return (step + 1) / (o.warmup_steps + 1)
+        frac = (step - o.warmup_steps) / max(total - o.warmup_steps, 1)
+        if o.schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        if o.schedule == "linear":
+            return max(0.0, 1.0 - frac)
+        return 1.0
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def save(self) -> Path:
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "kl_coef": self.kl_ctrl.value,
+            "config": self.cfg.model_dump(mode="json"),
+        }
+        if self.critic is not None and self.critic_opt is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_opt.state_dict()
+        if self.ref is not None:
+            state["ref"] = self.ref.state_dict()
+        return save_checkpoint(self.out / "checkpoints", self.step, state)
+
+    def _restore(self) -> None:
+        path = latest_checkpoint(self.out / "checkpoints")
+        if path is None:
+            raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+        state = load_checkpoint(path)
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.kl_ctrl.value = state["kl_coef"]
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_opt.load_state_dict(state["critic_optimizer"])
+        if self.ref is not None and "ref" in state:
+            self.ref.load_state_dict(state["ref"])
+        self.step = state["step"]
+        self.log.truncate_after(self.step)
+
+    # ---- one RL step ------------------------------------------------------------------------------
+    def _jobs(self, step: int) -> list[Job]:
+        r = self.cfg.rollout
+        rng = random.Random(_seed(self.cfg.seed, "tasks", step))
+        tasks = rng.sample(self.tasks, min(r.tasks_per_step, len(self.tasks)))
+        return [Job(t, s, _seed(self.cfg.seed, step, t.id, s)) for t in tasks for s in range(r.group_size)]
+
+    def _judge(self, trajs: list[Trajectory]) -> dict[str, float]:
+        pending = [t for t in trajs if t.reward is None and t.info.get("needs_judge")]
+        j = self.cfg.judge
+        if self.cfg.judge.rubric is not None:
+            pending = trajs
+        if not pending:
+            return {}
+        from agentrl.judge import Judge, JudgeConfig, load_rubric, parse_rubric
+
+        if j.model is None and (j.rubric is None or not load_rubric(j.rubric).is_deterministic):
+            raise ConfigError("these rubrics need the LLM judge: set judge.model")
+        judge = Judge(JudgeConfig(model=j.model, api_base=j.api_base, concurrency=j.concurrency))
+        fixed = load_rubric(j.rubric) if j.rubric else None
+        probe = self.envs[0]
+        items = [
+            (t, fixed or parse_rubric(probe.suite.rubric_data(probe.suite.task(t.task_id)))) for t in pending
+        ]
+        import asyncio
+
+        for t, bd in zip(pending, asyncio.run(judge.score_many(items)), strict=True):
+            t.reward = bd
+        return {"judge/calls": float(sum(t.reward.calls for t in pending if t.reward))}
+
+    def _expand(
+        self, trajs: list[Trajectory]
+    ) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
+        keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
+        for t in trajs:
+            if t.reward is None or t.reward.status != "ok" or t.reward.total is None:
+                dropped_judge += 1
+                continue
+            row = self.expander.expand(t)
+            on = np.flatnonzero(row.loss_mask)
+            if on.size == 0:
+                dropped_empty += 1
+                continue
+            row.token_level_scores[:] = 0.0
+            row.token_level_scores[on[-1]] = (
+                normalized_reward(t) if self.cfg.judge.normalize else t.reward.total
+            )
+            keep.append(t)
+            rows.append(row)
+        stats = {
+            "train/dropped_judge_error": float(dropped_judge),
+            "train/dropped_untrainable": float(dropped_empty),
+        }
+        if not rows:
+            return keep, {}, stats
+        batch = {k: v.to(self.device) for k, v in collate(rows, pad_token_id=self.pad_id).items()}
+        batch["known_logprobs"] = torch.from_numpy(
+            np.stack([self._pad(r.known_logprob_mask(), batch) for r in rows])
+        )
+        return keep, batch, stats
+
+    @staticmethod
+    def _pad(a: np.ndarray, batch: dict[str, torch.Tensor]) -> np.ndarray:
+        out = np.zeros(batch["input_ids"].shape[1], dtype=a.dtype)
+        out[: len(a)] = a
+        return out
+
+    def train_step(self) -> dict[str, float]:
+        """Run one RL step (the ``self.step + 1``-th) and return its metrics."""
+        cfg, r, a = self.cfg, self.cfg.rollout, self.cfg.algorithm
+        step = self.step + 1
+        m: dict[str, float] = {"step": float(step)}
+        t0 = time.perf_counter()
+        jobs = self._jobs(step)
+        while len(self.envs) < len(jobs):
+            self.envs.append(ResearchEnv(self.env_config))
+        trajs = run_policy_episodes(
+            self.model, self.tokenizer, self.expander, self.envs, jobs,
+            max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=r.temperature, top_p=r.top_p,
+            stop_ids=self.stop_ids, pad_id=self.pad_id,
+        )  # fmt: skip
+        t1 = time.perf_counter()
+        m.update(self._judge(trajs))
+        t2 = time.perf_counter()
+        for t in trajs:
+            t.info["step"] = step
+        write_trajectories(self.out / "trajectories" / f"step_{step:05d}.jsonl", trajs)
+        keep, batch, stats = self._expand(trajs)
+        m.update(stats)
+        t3 = time.perf_counter()
+        scored = [t for t in trajs if t.reward is not None and t.reward.total is not None]
+        m["critic/score/mean"] = float(np.mean([t.reward.total for t in scored])) if scored else 0.0
+        m["critic/score/normalized_mean"] = (
+            float(np.mean([normalized_reward(t) for t in scored])) if scored else 0.0
+        )
+        m["env/num_turns/mean"] = float(np.mean([t.info.get("turns", 0) for t in trajs]))
+        m["env/tool_calls/mean"] = float(np.mean([t.info.get("tool_calls", 0) for t in trajs]))
+        m["env/answered/frac"] = float(np.mean([bool(t.info.get("terminated")) for t in trajs]))
+        m["env/format_errors/mean"] = float(np.mean([t.info.get("format_errors", 0) for t in trajs]))
+        if batch:
+            gen = torch.Generator().manual_seed(_seed(cfg.seed, "update", step))
+            mask = batch["loss_mask"]
+            with torch.no_grad():
+                recomputed, _ = forward_logprobs(self.model, batch, r.temperature)
+                known = batch["known_logprobs"].to(self.device).bool() & mask.bool()
+                if known.any():
+                    m["actor/rollout_logprob_diff"] = (
+                        (recomputed - batch["old_logprobs"])[known].abs().mean().item()
+                    )
+                use_rollout = a.recompute_old_logprobs == "never" or (
+                    a.recompute_old_logprobs == "auto" and r.top_p == 1.0
+                )
+                batch["old_logprobs"] = torch.where(known & use_rollout, batch["old_logprobs"], recomputed)
+                if self.ref is not None:
+                    batch["ref_logprobs"], _ = forward_logprobs(self.ref, batch, r.temperature)
+                if self.critic is not None:
+                    batch["values"] = forward_values(self.critic, batch)
+            m.update(compute_advantages(batch, a, [t.task_id for t in keep], self.kl_ctrl))
+            t4 = time.perf_counter()
+            m.update(
+                update_actor(self.model, self.opt, batch, a, temperature=r.temperature, norm=r.max_len,
+                             grad_clip=cfg.optim.grad_clip, generator=gen)
+            )  # fmt: skip
+            if self.critic is not None:
+                m.update(
+                    update_critic(self.critic, self.critic_opt, batch, a, norm=r.max_len,
+                                  grad_clip=cfg.optim.grad_clip, generator=gen)
+                )  # fmt: skip
+            self.sched.step()
+            m["actor/lr"] = self.sched.get_last_lr()[0]
+            m["response_length/mean"] = masked_mean(mask.sum(-1).float(), torch.ones_like(mask[:, 0])).item()
+            m["prompt_length/mean"] = batch["prompt_len"].float().mean().item()
+            m["train/tokens"] = float(batch["attention_mask"].sum())
+            t5 = time.perf_counter()
+            m["timing_s/adv"], m["timing_s/update"] = t4 - t3, t5 - t4
+            m["perf/tokens_per_s"] = m["train/tokens"] / max(t5 - t0, 1e-9)
+        m["timing_s/rollout"], m["timing_s/judge"], m["timing_s/expand"] = t1 - t0, t2 - t1, t3 - t2
+        m["timing_s/step"] = time.perf_counter() - t0
+        self.step = step
+        return m
+
+    # ---- the run -------------------------------------------------------------------------------
+    def warm_start(self) -> None:
+        """``sft_steps`` supervised steps on the oracle trajectories collected at setup."""
+        if not self.sft_data:
+            return
+        cfg = self.cfg
+        opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.sft_lr)
+        rng = random.Random(_seed(cfg.seed, "sft-batches"))
+        for k in range(cfg.sft_steps):
+            loss = sft_step(
+                self.model, opt, self.expander, self.sft_data, batch_size=16, rng=rng, pad_id=self.pad_id
+            )
+            self.log.sft(k + 1, loss)
+        if self.ref is not None:  # the reference is the warm-started policy
+            self.ref.load_state_dict(self.model.state_dict())
+
+    def run(self, resume: bool = False) -> dict[str, Any]:
+        """Set up, warm-start (fresh runs), train ``cfg.steps`` steps; returns the final summary."""
+        self.setup(resume=resume)
+        if not resume:
+            self.warm_start()
+        self.log.start(self.cfg, self.progress)
+        try:
+            while self.step < self.cfg.steps:
+                metrics = self.train_step()
+                self.log.step(metrics)
+                every = self.cfg.checkpoint_every
+                if every and self.step % every == 0:
+                    self.save()
+        finally:
+            self.log.stop()
+        self.save()
+        return self.log.finish()
