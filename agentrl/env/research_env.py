@@ -104,7 +104,8 @@ class ResearchEnv(gymnasium.Env[str, str]):
             self.task = self.suite.task(options["task"])
         else:
             self.task = self.suite.tasks[int(self.np_random.integers(0, len(self.suite.tasks)))]
-        self.rubric = rubric_for(self.suite.rubric_data(self.task), source=f"task {self.task.id}")
+        where = self.task.rubric if isinstance(self.task.rubric, str) else f"task {self.task.id}"
+        self.rubric = rubric_for(self.suite.rubric_data(self.task), source=str(where))
         system = system_prompt(self.config.tool_format, self.task.date, self.config.system_prompt)
         self.messages = [
             Message(role="system", content=system),

@@ -67,4 +67,16 @@ def score_trajectory_llm(
     cfg: dict[str, Any] = {"model": model}
     if api_base:
         cfg["api_base"] = api_base
-    return asyncio.run(Judge(JudgeConfig(**cfg)).score(trajectory, rubric))
+
+    def run() -> RewardBreakdown:
+        return asyncio.run(Judge(JudgeConfig(**cfg)).score(trajectory, rubric))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    # step() called from inside an event loop: asyncio.run needs a thread of its own.
+    import concurrent.futures as cf
+
+    with cf.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()

@@ -63,11 +63,7 @@ def test_cli_sandbox_build_and_rollout(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["skipped"] == 44
 
 
-def test_llm_rubric_is_judged_in_a_batch_at_the_end(tmp_path):
-    """A rubric with LLM criteria: reward deferred in the env, then scored by the judge (local server)."""
-    from agentrl.policy import OraclePolicy
-
-    from .conftest import ALPHABET
+def _judge_server():
     from .openai_server import FakeChatServer
 
     class JudgeServer(FakeChatServer):
@@ -91,7 +87,16 @@ def test_llm_rubric_is_judged_in_a_batch_at_the_end(tmp_path):
                 "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
             }
 
-    server = JudgeServer()
+    return JudgeServer()
+
+
+def test_llm_rubric_is_judged_in_a_batch_at_the_end(tmp_path):
+    """A rubric with LLM criteria: reward deferred in the env, then scored by the judge (local server)."""
+    from agentrl.policy import OraclePolicy
+
+    from .conftest import ALPHABET
+
+    server = _judge_server()
     try:
         out = tmp_path / "t.jsonl"
         cfg = {"suite": str(ALPHABET), "judge": "deferred"}
@@ -110,5 +115,27 @@ def test_llm_rubric_is_judged_in_a_batch_at_the_end(tmp_path):
         assert traj.reward.status == "ok" and traj.reward.total == 2.5
         assert {c.id: c.grader for c in traj.reward.criteria}["citation"] == "regex"
         assert server.requests and server.requests[0]["model"] == "judge-model"
+    finally:
+        server.close()
+
+
+def test_inline_llm_judge_scores_in_step():
+    from agentrl.env import ResearchEnv
+
+    from .conftest import ALPHABET, call
+
+    server = _judge_server()
+    try:
+        cfg = {
+            "suite": str(ALPHABET),
+            "judge": "inline",
+            "judge_model": "judge-model",
+            "judge_api_base": server.base,
+        }
+        env = ResearchEnv(cfg)
+        env.reset(options={"task": "alphabet-2025-cloud-llm"})
+        report = "Q1 2025 only; the full year is not out yet. Cloud revenue $12.3 billion \\cite{alphabet-q1-2025}."
+        _, reward, term, _, info = env.step(call("answer", report=report))
+        assert term and reward == 2.5 and not info["needs_judge"]
     finally:
         server.close()
