@@ -120,3 +120,30 @@ def test_llm_criteria_defer_the_reward(tmp_path):
     assert _episode(env, OraclePolicy(), task) == 0.0
     traj = env.trajectory()
     assert traj.info["needs_judge"] and traj.reward is None
+
+
+def test_default_sandbox_ground_truth_is_consistent():
+    """Every task's official source is public at its date and prints the figure; distractors print theirs;
+    for the traps the official release is the latest one out and the asked period's is not."""
+    from agentrl.env.backends.sandbox import normalize_url
+
+    suite = load_suite("sandbox")
+    sb = sandbox_backend(suite.corpus_path)
+    by_url = {u: i for i, u in enumerate(sb.urls)}
+    releases: dict[str, list[str]] = {}
+    for url, date in zip(sb.urls, sb.dates, strict=True):
+        if "/news/" in url and url.startswith("https://ir."):
+            releases.setdefault(url.split("/news/")[0], []).append(date)
+    for task in suite.tasks:
+        gt = task.ground_truth
+        off = gt["official"]
+        i = by_url[normalize_url(off["url"])]
+        assert sb.dates[i] == off["date"] <= task.date, task.id
+        assert off["figure"] in sb.texts[i], task.id
+        for d in gt["distractors"]:
+            j = by_url[normalize_url(d["url"])]
+            assert d["figure"] in sb.texts[j] and d["figure"] != off["figure"], task.id
+        if task.family in ("trap_year", "trap_quarter"):
+            site = normalize_url(off["url"]).split("/news/")[0]
+            later = [d for d in releases[site] if off["date"] < d <= task.date]
+            assert not later, (task.id, later)  # no newer release is out at the task date

@@ -125,7 +125,8 @@ def _task(
         "ground_truth": {
             "query": query,
             "official": official,
-            "distractors": distractors,
+            # a prediction that happens to print the true figure is not a distractor
+            "distractors": [d for d in distractors if d["figure"] != official["figure"]],
             "report": report,
             "rumor_report": rumor_report,
             "max_score": MAX_SCORE,
