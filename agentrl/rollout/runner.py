@@ -46,6 +46,7 @@ class RolloutSummary:
     errors: int = 0
     truncations: dict[str, int] = field(default_factory=dict)
     judge_errors: int = 0
+    unjudged: int = 0
     elapsed_s: float = 0.0
     failures: list[str] = field(default_factory=list)
 
@@ -69,6 +70,8 @@ class RolloutSummary:
             self.rewards.append(traj.reward.total)
         elif traj.reward is not None:
             self.judge_errors += 1
+        elif info.get("needs_judge"):
+            self.unjudged += 1
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -83,6 +86,7 @@ class RolloutSummary:
             "errors": self.errors,
             "truncations": self.truncations,
             "judge_errors": self.judge_errors,
+            "unjudged": self.unjudged,
             "elapsed_s": round(self.elapsed_s, 3),
             "episodes_per_s": round(self.episodes / self.elapsed_s, 2) if self.elapsed_s > 0 else None,
         }
