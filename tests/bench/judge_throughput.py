@@ -9,9 +9,11 @@ per-criterion mode (``criteria_per_call=1``).
     python -m tests.bench.judge_throughput          # N=256, K=6, L=1 s at c=16,32,64; L=0.5, 0.25 at c=32
     python -m tests.bench.judge_throughput --n 512 --latency 2 --concurrency 32 --short-latencies
 
-Each call costs the client about 7 ms of CPU (mostly litellm's request and response handling,
-which runs on the event loop), so at short latencies the calls of a concurrency wave queue behind
-each other and the fraction drops: that is what the extra short-latency rows show.
+Each call costs the client about 5-7 ms of CPU (mostly litellm's request and response handling,
+which runs on the event loop), so at short latencies the calls queue behind each other and the
+fraction drops: that is what the extra short-latency rows show. The "bare aiohttp" rows send the
+same requests with no client library, measured in the same run: the rate the machine and the
+server allow at that moment, so a loaded machine shows up there too.
 
 The server runs in a separate process so that it does not share the client's interpreter lock.
 """
@@ -81,6 +83,45 @@ def run(url: str, items, *, concurrency: int, per_call: int, latency: float, tag
     }
 
 
+def bare_http(url: str, items, *, concurrency: int, latency: float) -> dict[str, float]:
+    """The same requests (one per trajectory) from ``concurrency`` bare aiohttp workers: the rate
+    this machine and server reach with no client library, measured in the same run."""
+    import aiohttp
+
+    from agentrl.judge.prompt import build_messages, judge_input
+
+    bodies = []
+    for traj, rubric in items:
+        inp = judge_input(traj, include_sources=False, source_tools=None, max_source_chars=0)
+        messages, _ = build_messages(inp, list(rubric.criteria))
+        bodies.append({"model": "good:bare", "messages": messages, "temperature": 0})
+
+    async def go() -> float:
+        queue = list(reversed(bodies))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+
+            async def worker() -> None:
+                while queue:
+                    body = queue.pop()
+                    async with session.post(f"{url}/chat/completions", json=body) as resp:
+                        await resp.json()
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return time.perf_counter() - t0
+
+    wall = asyncio.run(go())
+    rate = len(bodies) / wall
+    return {
+        "calls": len(bodies),
+        "errors": 0,
+        "wall": wall,
+        "rate": rate,
+        "bound": concurrency / latency,
+        "fraction": rate / (concurrency / latency),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -109,16 +150,19 @@ def main(argv: list[str] | None = None) -> int:
         return servers[latency][1]
 
     def row(mode: str, c: int, latency: float, items, per_call: int) -> None:
-        r = run(
-            server_for(latency),
-            items,
-            concurrency=c,
-            per_call=per_call,
-            latency=latency,
-            tag=f"{mode}{c}{latency}",
-        )
+        if mode == "bare aiohttp":
+            r = bare_http(server_for(latency), items, concurrency=c, latency=latency)
+        else:
+            r = run(
+                server_for(latency),
+                items,
+                concurrency=c,
+                per_call=per_call,
+                latency=latency,
+                tag=f"{mode}{c}{latency}",
+            )
         print(
-            f"{mode:<14}{c:>5}{latency:>8.2f}{r['calls']:>7}{r['calls'] / len(items):>11.2f}{r['wall']:>8.2f}"
+            f"{mode:<15}{c:>5}{latency:>8.2f}{r['calls']:>7}{r['calls'] / len(items):>11.2f}{r['wall']:>8.2f}"
             f"{r['rate']:>9.1f}{r['bound']:>9.1f}{r['fraction']:>9.1%}"
             + (f"  ({r['errors']} judge errors)" if r["errors"] else ""),
             flush=True,
@@ -136,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"judge throughput: N={args.n} trajectories x K={args.k} LLM criteria, fixed server latency")
         print(
-            f"{'mode':<14}{'conc':>5}{'latency':>8}{'calls':>7}{'calls/traj':>11}{'wall s':>8}{'calls/s':>9}"
+            f"{'mode':<15}{'conc':>5}{'latency':>8}{'calls':>7}{'calls/traj':>11}{'wall s':>8}{'calls/s':>9}"
             f"{'bound/s':>9}{'of bound':>9}"
         )
         for c in args.concurrency:
@@ -145,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         row("per-criterion", 32, args.latency, items[: max(1, args.n // 4)], 1)
         for latency in args.short_latencies:
             row("batched", 32, latency, items, 0)
+        # The same calls without litellm: what this machine and the server allow right now.
+        for latency in [args.latency, *args.short_latencies]:
+            row("bare aiohttp", 32, latency, items, 0)
     finally:
         for proc, _ in servers.values():
             proc.terminate()
