@@ -282,3 +282,12 @@ def test_cancelling_a_batch_leaves_the_judge_usable(judge_server):
     judge.config = config(judge_server, "good")
     assert asyncio.run(judge.score(make_trajectory(GOOD_REPORT), RUBRIC)).total == 2.5
     judge.close()
+
+
+def test_throughput_benchmark_runs(capsys):
+    from tests.bench import judge_throughput
+
+    args = ["--n", "8", "--k", "2", "--latency", "0.05", "--concurrency", "4", "--short-latencies"]
+    assert judge_throughput.main(args) == 0
+    out = capsys.readouterr().out
+    assert "batched" in out and "per-criterion" in out and "bare aiohttp" in out and "judge errors" not in out
