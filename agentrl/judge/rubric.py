@@ -116,10 +116,10 @@ class NumberGrader(_Strict):
     """
 
     type: Literal["number"]
-    value: float
+    value: float = Field(allow_inf_nan=False)
     unit: str = ""
-    tolerance: float = Field(default=0.01, ge=0)
-    abs_tolerance: float = Field(default=0.0, ge=0)
+    tolerance: float = Field(default=0.01, ge=0, allow_inf_nan=False)
+    abs_tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
     @field_validator("unit")
     @classmethod
@@ -140,7 +140,7 @@ class Criterion(_Strict):
 
     id: str
     text: str
-    weight: float
+    weight: float = Field(allow_inf_nan=False)
     kind: Literal["positive", "negative"] = "positive"
     grader: Grader = Field(default_factory=LLMGrader)
 

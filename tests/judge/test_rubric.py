@@ -99,6 +99,10 @@ def test_deep_research_rubric_has_negative_criteria():
             "x.yaml:8:5: criteria[1].text: required field is missing",
         ),
         (BASE.replace("version: 1\n", "version: 1\nid: other\n"), "x.yaml:3:1: id: duplicate key"),
+        (
+            BASE.replace("weight: 1.0", "weight: .inf", 1),
+            "x.yaml:7:5: criteria[0].weight: Input should be a finite number",
+        ),
         ("id: [demo\n", "x.yaml:2:1: not valid YAML"),
         ("- a\n- b\n", "x.yaml:1:1: <root>: a rubric must be a mapping"),
         ("", "x.yaml: the rubric is empty"),
