@@ -183,7 +183,8 @@ async def complete(config: JudgeConfig, messages: list[dict[str, str]], pool: Ca
     }
     if config.api_base:
         kwargs["api_base"] = config.api_base
-        kwargs["api_key"] = config.api_key or os.environ.get("OPENAI_API_KEY") or "sk-local"
+        # Never forward OPENAI_API_KEY to an arbitrary server: its own key, or a placeholder.
+        kwargs["api_key"] = config.api_key or "sk-local"
     elif config.api_key:
         kwargs["api_key"] = config.api_key
     # Explicit prices (or 0 for a local server) spare litellm a failing price-map lookup per call.
