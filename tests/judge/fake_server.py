@@ -118,7 +118,7 @@ class FakeJudgeServer:
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
         model = str(body.get("model", "good")).removeprefix("openai/")
-        self.requests.append(body)
+        self.requests.append({**body, "_authorization": request.headers.get("Authorization")})
         self.counts[model] += 1
         n = self.counts[model]
         self.in_flight += 1

@@ -291,3 +291,13 @@ def test_throughput_benchmark_runs(capsys):
     assert judge_throughput.main(args) == 0
     out = capsys.readouterr().out
     assert "batched" in out and "per-criterion" in out and "bare aiohttp" in out and "judge errors" not in out
+
+
+def test_api_key_goes_to_the_custom_server_but_never_openai_api_key(judge_server, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real-openai-secret")
+    cfg = config(judge_server, "good")
+    score(cfg)
+    assert requests_for(judge_server, cfg)[0]["_authorization"] == "Bearer sk-local"
+    cfg = config(judge_server, "good", api_key="sk-server-key")
+    score(cfg)
+    assert requests_for(judge_server, cfg)[0]["_authorization"] == "Bearer sk-server-key"
