@@ -26,6 +26,15 @@ from agentrl.errors import ConfigError
 from agentrl.tokens import Expander, collate
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
+from agentrl.train.distributed import (
+    all_gather_objects,
+    barrier,
+    broadcast_parameters,
+    init_distributed,
+    is_main,
+    rank,
+    world_size,
+)
 from agentrl.train.episodes import Job, run_policy_episodes
 from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
@@ -47,6 +56,19 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "big") & 0x7FFFFFFF
 
 
+def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Average each metric over the ranks that reported it (counts such as drops are summed)."""
+    parts = all_gather_objects(metrics)
+    if len(parts) == 1:
+        return metrics
+    out: dict[str, float] = {}
+    for key in sorted({k for p in parts for k in p}):
+        vals = [p[key] for p in parts if key in p]
+        summed = key.startswith(("train/dropped", "train/tokens", "judge/"))
+        out[key] = float(sum(vals)) if summed else float(sum(vals) / len(vals))
+    return out
+
+
 def normalized_reward(traj: Trajectory) -> float:
     """The reward on [0, 1]: total / Σ positive weights of its rubric, clipped (total when unknown)."""
     assert traj.reward is not None and traj.reward.total is not None
@@ -65,6 +87,9 @@ class Trainer:
 
     # ---- setup ---------------------------------------------------------------------------------
     def _device(self) -> torch.device:
+        ddp_device = init_distributed()
+        if ddp_device is not None:
+            return ddp_device
         if self.cfg.device == "auto":
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.cfg.device)
@@ -95,7 +120,11 @@ class Trainer:
             rng = random.Random(_seed(cfg.seed, "sft"))
             tasks = rng.sample(self.tasks, min(len(self.tasks), 256))
             self.sft_data = collect_oracle_trajectories(self.env_config, tasks, cfg.sft_noise, cfg.seed)
-        self.tokenizer = self._tokenizer(resume)
+        if is_main():
+            self.tokenizer = self._tokenizer(resume)
+        barrier()
+        if not is_main():  # the other ranks load what rank 0 trained or loaded
+            self.tokenizer = self._tokenizer(resume=True)
         self.stop_ids = {self.tokenizer.convert_tokens_to_ids(self.tokenizer.eos_token)}
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.expander = Expander(self.tokenizer, max_len=cfg.rollout.max_len)
@@ -106,6 +135,7 @@ class Trainer:
         if a.name == "ppo":
             self.critic = ValueModel.from_policy(self.model, shared=cfg.model.critic_backbone == "shared")
             self.critic.to(self.device)
+            broadcast_parameters(self.critic)
         o = cfg.optim
         self.opt = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -127,7 +157,7 @@ class Trainer:
             if a.kl_target is not None
             else FixedKLController(a.kl_coef)
         )
-        self.log = RunLog(self.out)
+        self.log = RunLog(self.out) if is_main() else None
         if resume:
             self._restore()
 
@@ -218,14 +248,17 @@ class Trainer:
         if self.ref is not None and "ref" in state:
             self.ref.load_state_dict(state["ref"])
         self.step = state["step"]
-        self.log.truncate_after(self.step)
+        if self.log is not None:
+            self.log.truncate_after(self.step)
 
     # ---- one RL step ------------------------------------------------------------------------------
     def _jobs(self, step: int) -> list[Job]:
         r = self.cfg.rollout
         rng = random.Random(_seed(self.cfg.seed, "tasks", step))
         tasks = rng.sample(self.tasks, min(r.tasks_per_step, len(self.tasks)))
-        return [Job(t, s, _seed(self.cfg.seed, step, t.id, s)) for t in tasks for s in range(r.group_size)]
+        # Whole groups per rank: GRPO compares the samples of one task with each other.
+        mine = tasks[rank() :: world_size()]
+        return [Job(t, s, _seed(self.cfg.seed, step, t.id, s)) for t in mine for s in range(r.group_size)]
 
     def _judge(self, trajs: list[Trajectory]) -> dict[str, float]:
         pending = [t for t in trajs if t.reward is None and t.info.get("needs_judge")]
@@ -306,7 +339,9 @@ class Trainer:
         t2 = time.perf_counter()
         for t in trajs:
             t.info["step"] = step
-        write_trajectories(self.out / "trajectories" / f"step_{step:05d}.jsonl", trajs)
+        everyone = [t for part in all_gather_objects(trajs) for t in part]
+        if is_main():
+            write_trajectories(self.out / "trajectories" / f"step_{step:05d}.jsonl", everyone)
         keep, batch, stats = self._expand(trajs)
         m.update(stats)
         t3 = time.perf_counter()
@@ -359,38 +394,46 @@ class Trainer:
         m["timing_s/rollout"], m["timing_s/judge"], m["timing_s/expand"] = t1 - t0, t2 - t1, t3 - t2
         m["timing_s/step"] = time.perf_counter() - t0
         self.step = step
-        return m
+        return _mean_over_ranks(m)
 
     # ---- the run -------------------------------------------------------------------------------
     def warm_start(self) -> None:
-        """``sft_steps`` supervised steps on the oracle trajectories collected at setup."""
-        if not self.sft_data:
-            return
+        """``sft_steps`` supervised steps on the oracle trajectories collected at setup; then every
+        rank takes rank 0's weights, and the reference becomes the warm-started policy."""
         cfg = self.cfg
-        opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.sft_lr)
-        rng = random.Random(_seed(cfg.seed, "sft-batches"))
-        for k in range(cfg.sft_steps):
-            loss = sft_step(
-                self.model, opt, self.expander, self.sft_data, batch_size=16, rng=rng, pad_id=self.pad_id
-            )
-            self.log.sft(k + 1, loss)
-        if self.ref is not None:  # the reference is the warm-started policy
+        if self.sft_data:
+            opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.sft_lr)
+            rng = random.Random(_seed(cfg.seed, "sft-batches"))
+            for k in range(cfg.sft_steps):
+                loss = sft_step(
+                    self.model, opt, self.expander, self.sft_data, batch_size=16, rng=rng, pad_id=self.pad_id
+                )
+                if self.log is not None:
+                    self.log.sft(k + 1, loss)
+        broadcast_parameters(self.model)
+        if self.ref is not None:
             self.ref.load_state_dict(self.model.state_dict())
 
     def run(self, resume: bool = False) -> dict[str, Any]:
-        """Set up, warm-start (fresh runs), train ``cfg.steps`` steps; returns the final summary."""
+        """Set up, warm-start (fresh runs), train ``cfg.steps`` steps; returns the final summary
+        (an empty dict on ranks other than 0)."""
         self.setup(resume=resume)
         if not resume:
             self.warm_start()
-        self.log.start(self.cfg, self.progress)
+        if self.log is not None:
+            self.log.start(self.cfg, self.progress)
         try:
             while self.step < self.cfg.steps:
                 metrics = self.train_step()
-                self.log.step(metrics)
-                every = self.cfg.checkpoint_every
-                if every and self.step % every == 0:
-                    self.save()
+                if self.log is not None:
+                    self.log.step(metrics)
+                    every = self.cfg.checkpoint_every
+                    if every and self.step % every == 0:
+                        self.save()
         finally:
-            self.log.stop()
+            if self.log is not None:
+                self.log.stop()
+        if self.log is None:
+            return {}
         self.save()
         return self.log.finish()

@@ -36,6 +36,7 @@ from agentrl.algos import (
 )
 from agentrl.tokens import token_logprobs
 from agentrl.train.config import AlgorithmConfig
+from agentrl.train.distributed import all_reduce_grads, all_reduce_max, all_reduce_sum, world_size
 
 __all__ = [
     "compute_advantages",
@@ -108,7 +109,7 @@ def compute_advantages(
         adv, ret = gae(rewards, batch["values"], mask, cfg.gamma, cfg.lam)
         batch["returns"] = ret
         if cfg.whiten_advantages:
-            adv = masked_whiten(adv, mask) * mask
+            adv = _whiten(adv, mask)
     elif cfg.name == "grpo":
         adv = grpo_advantages(
             _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std
@@ -127,6 +128,20 @@ def compute_advantages(
     return metrics
 
 
+def _whiten(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``masked_whiten`` with the mean and unbiased variance taken over every rank's policy tokens."""
+    if world_size() == 1:
+        return masked_whiten(adv, mask) * mask
+    m = mask.to(torch.float64)
+    a = adv.to(torch.float64)
+    n = all_reduce_sum(float(m.sum()))
+    mean = all_reduce_sum(float((a * m).sum())) / max(n, 1e-8)
+    var = all_reduce_sum(float((((a - mean) * m) ** 2).sum())) / max(n, 1e-8)
+    if n > 1:
+        var *= n / (n - 1)
+    return ((adv - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=adv.dtype))) * mask
+
+
 def micro_batches(batch: Batch, rows: torch.Tensor, token_budget: int) -> Iterator[Batch]:
     """Split ``rows`` (indices into the batch) into micro-batches of at most ``token_budget`` padded
     tokens, trimming each to its longest row. Rows are taken in length order to waste little padding."""
@@ -143,15 +158,28 @@ def micro_batches(batch: Batch, rows: torch.Tensor, token_budget: int) -> Iterat
 
 
 def _denominator(mb: Batch, agg: str, norm: int) -> float:
+    """The mini-batch's loss divisor, counted over every rank (see ``agg_loss``)."""
     mask = mb["loss_mask"]
-    if agg == "token-mean":
-        return float(mask.sum().clamp_min(1))
     if agg == "seq-mean-token-sum-norm":
         return float(norm)
-    return float((mask.sum(-1) > 0).sum().clamp_min(1))
+    local = float(mask.sum()) if agg == "token-mean" else float((mask.sum(-1) > 0).sum())
+    return max(all_reduce_sum(local), 1.0)
+
+
+def _mini_batches(batch: Batch, mini_batch_size: int, generator: torch.Generator | None) -> Iterator[Batch]:
+    """This rank's mini-batches of one epoch; every rank yields the same number (some maybe empty),
+    so that the collective calls of the update line up."""
+    B = batch["input_ids"].shape[0]
+    size = max(1, mini_batch_size // world_size())
+    steps = all_reduce_max(-(-B // size))
+    perm = torch.randperm(B, generator=generator)
+    for k in range(steps):
+        rows = perm[k * size : (k + 1) * size]
+        yield {key: v[rows] for key, v in batch.items()}
 
 
 def _step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
+    all_reduce_grads(params)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     if torch.isfinite(grad_norm):
         optimizer.step()
@@ -184,18 +212,14 @@ def update_actor(
     """
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    B = batch["input_ids"].shape[0]
     sums: dict[str, float] = {}
     steps = 0
     for _ in range(cfg.ppo_epochs):
-        perm = torch.randperm(B, generator=generator)
-        for start in range(0, B, cfg.mini_batch_size):
-            rows = perm[start : start + cfg.mini_batch_size]
-            mini = {k: v[rows] for k, v in batch.items()}
+        for mini in _mini_batches(batch, cfg.mini_batch_size, generator):
             denom = _denominator(mini, cfg.loss_agg, norm)
             tokens = float(mini["loss_mask"].sum().clamp_min(1))
             step_metrics: dict[str, float] = {}
-            for mb in micro_batches(mini, torch.arange(len(rows)), cfg.micro_batch_tokens):
+            for mb in micro_batches(mini, torch.arange(len(mini["input_ids"])), cfg.micro_batch_tokens):
                 mask = mb["loss_mask"]
                 lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True)
                 loss, m = policy_loss(
@@ -245,18 +269,14 @@ def update_critic(
     """Clipped value-loss epochs toward ``returns``; returns ``critic/*`` metrics."""
     critic.train()
     params = [p for p in critic.parameters() if p.requires_grad]
-    B = batch["input_ids"].shape[0]
     sums: dict[str, float] = {}
     steps = 0
     for _ in range(cfg.ppo_epochs):
-        perm = torch.randperm(B, generator=generator)
-        for start in range(0, B, cfg.mini_batch_size):
-            rows = perm[start : start + cfg.mini_batch_size]
-            mini = {k: v[rows] for k, v in batch.items()}
+        for mini in _mini_batches(batch, cfg.mini_batch_size, generator):
             denom = _denominator(mini, cfg.loss_agg, norm)
             tokens = float(mini["loss_mask"].sum().clamp_min(1))
             step_metrics: dict[str, float] = {}
-            for mb in micro_batches(mini, torch.arange(len(rows)), cfg.micro_batch_tokens):
+            for mb in micro_batches(mini, torch.arange(len(mini["input_ids"])), cfg.micro_batch_tokens):
                 vpreds = forward_values(critic, mb)
                 loss, clipfrac = value_loss(
                     vpreds,

@@ -1,0 +1,106 @@
+"""Data parallelism across processes (``torchrun``): NCCL on GPUs, gloo on CPUs.
+
+Each rank runs its share of the episodes and a share of every mini-batch; losses are normalised by
+counts summed over all ranks and gradients are summed with an explicit all-reduce before the
+optimiser step, so a step on N ranks equals the single-process step on the same data (up to float
+summation order). Explicit all-reduce rather than the DDP wrapper keeps ranks with different
+numbers of micro-batches in step: every rank makes the same number of collective calls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "all_gather_objects",
+    "all_reduce_grads",
+    "all_reduce_max",
+    "all_reduce_sum",
+    "barrier",
+    "broadcast_parameters",
+    "init_distributed",
+    "is_main",
+    "rank",
+    "world_size",
+]
+
+
+def init_distributed() -> torch.device | None:
+    """Join the process group when launched by ``torchrun`` (WORLD_SIZE > 1); returns the rank's
+    CUDA device when GPUs are used, else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return None
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dist.init_process_group(backend="nccl")
+        return torch.device("cuda", local)
+    dist.init_process_group(backend="gloo")
+    return None
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def all_reduce_sum(x: float) -> float:
+    """Σ of a number over ranks."""
+    if not dist.is_initialized():
+        return x
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def all_reduce_max(x: int) -> int:
+    """max of an integer over ranks."""
+    if not dist.is_initialized():
+        return x
+    t = torch.tensor([x], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def all_reduce_grads(params: Iterable[torch.nn.Parameter]) -> None:
+    """Sum every parameter's gradient over ranks (a missing gradient counts as zero)."""
+    if not dist.is_initialized():
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
+def broadcast_parameters(module: torch.nn.Module) -> None:
+    """Copy rank 0's parameters and buffers to every rank."""
+    if not dist.is_initialized():
+        return
+    for t in list(module.parameters()) + list(module.buffers()):
+        dist.broadcast(t.data, src=0)
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

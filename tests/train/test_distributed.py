@@ -1,0 +1,85 @@
+"""Data parallelism on CPU: 2 gloo processes under torchrun take the same step as one process."""
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from agentrl.trajectory import read_trajectories
+from tests.train.test_trainer import TINY
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(cmd, cwd):
+    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_two_processes_equal_one(tmp_path, algo):
+    cfg = json.loads(json.dumps(TINY))
+    cfg["algorithm"].update(
+        {"name": algo, "mini_batch_size": 4}
+    )  # one optimiser step over all 4 trajectories
+    cfg.update({"steps": 1, "sft_steps": 1})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    root = str(tmp_path)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.train",
+            str(path),
+            "--no-progress",
+            "--set",
+            f"output_dir={root}/one",
+        ],
+        root,
+    )
+    _run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+            "-m", "agentrl.train", str(path), "--no-progress", "--set", f"output_dir={root}/two",
+        ],
+        root,
+    )  # fmt: skip
+    one = torch.load(tmp_path / "one/checkpoints/step_00001/state.pt", weights_only=False)
+    two = torch.load(tmp_path / "two/checkpoints/step_00001/state.pt", weights_only=False)
+    for key in one["model"]:
+        assert torch.allclose(one["model"][key], two["model"][key], atol=1e-5, rtol=1e-4), key
+    for key in ("model", "critic") if algo == "ppo" else ("model",):
+        assert one[key].keys() == two[key].keys()
+    assert one["optimizer"]["state"], "the step took no optimiser step"
+    m1 = json.loads((tmp_path / "one/metrics.jsonl").read_text().splitlines()[0])
+    m2 = json.loads((tmp_path / "two/metrics.jsonl").read_text().splitlines()[0])
+    assert m1["critic/score/mean"] == pytest.approx(m2["critic/score/mean"])
+
+    # The same episodes, token for token, whichever rank ran them; the logprobs agree to float
+    # precision (a different batch composition changes the summation order).
+    def episodes(run):
+        trajs = read_trajectories(tmp_path / run / "trajectories/step_00001.jsonl")
+        return {t.id: t for t in trajs}
+
+    e1, e2 = episodes("one"), episodes("two")
+    assert e1.keys() == e2.keys()
+    for key, a in e1.items():
+        b = e2[key]
+        assert [(m.role, m.content, m.token_ids) for m in a.messages] == [
+            (m.role, m.content, m.token_ids) for m in b.messages
+        ]
+        for ma, mb in zip(a.messages, b.messages, strict=True):
+            if ma.logprobs:
+                assert ma.logprobs == pytest.approx(mb.logprobs, abs=1e-5)
+        assert a.reward.total == b.reward.total
