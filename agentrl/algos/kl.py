@@ -43,7 +43,8 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "k3
         return 0.5 * (logprob - ref_logprob).square()
     if kind == "k3":
         log_ratio = (ref_logprob - logprob).clamp(-20.0, 20.0)
-        return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-10.0, 10.0)
+        # expm1(x) − x is exp(x) − x − 1 without the cancellation that makes tiny KLs negative.
+        return (torch.expm1(log_ratio) - log_ratio).clamp(-10.0, 10.0)
     raise ValueError(f"unknown KL kind {kind!r}; expected one of {', '.join(KL_KINDS)}")
 
 
