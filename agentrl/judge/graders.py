@@ -8,6 +8,7 @@ present; the mapping in ``agentrl.judge.score`` turns that into the (negative) c
 
 from __future__ import annotations
 
+import functools
 import re
 
 from agentrl.errors import JudgeError
@@ -48,23 +49,28 @@ def find_numbers(text: str) -> list[float]:
     return out
 
 
-def _contains(g: ContainsGrader, report: str) -> bool:
+def _found(g: ContainsGrader, report: str) -> list[bool]:
+    """For each of the grader's strings, whether the report contains it."""
     items = [g.text] if isinstance(g.text, str) else list(g.text)
     hay = report if g.case_sensitive else report.casefold()
-    found = [(s if g.case_sensitive else s.casefold()) in hay for s in items]
-    return all(found) if g.match == "all" else any(found)
+    return [(s if g.case_sensitive else s.casefold()) in hay for s in items]
+
+
+@functools.lru_cache(maxsize=16384)
+def _compiled(pattern: str, flags: int) -> re.Pattern[str]:
+    # Sandbox suites hold thousands of patterns, more than re's own cache keeps.
+    return re.compile(pattern, flags)
 
 
 def _holds(criterion: Criterion, report: str) -> bool:
     g = criterion.grader
     if isinstance(g, RegexGrader):
-        return re.search(g.pattern, report, re.IGNORECASE if g.ignore_case else 0) is not None
+        return _compiled(g.pattern, re.IGNORECASE if g.ignore_case else 0).search(report) is not None
     if isinstance(g, NotContainsGrader):  # before ContainsGrader: it is a subclass
-        items = [g.text] if isinstance(g.text, str) else list(g.text)
-        hay = report if g.case_sensitive else report.casefold()
-        return not any((s if g.case_sensitive else s.casefold()) in hay for s in items)
+        return not any(_found(g, report))
     if isinstance(g, ContainsGrader):
-        return _contains(g, report)
+        found = _found(g, report)
+        return all(found) if g.match == "all" else any(found)
     if isinstance(g, NumberGrader):
         target = g.value * UNIT_WORDS[g.unit]
         tol = max(g.abs_tolerance * UNIT_WORDS[g.unit], g.tolerance * abs(target))

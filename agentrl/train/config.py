@@ -165,6 +165,7 @@ def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None)
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a training config must be a mapping")
+    _resolve_paths(data, path.parent)
     for key, value in (overrides or {}).items():
         cur = data
         *parents, last = key.split(".")
@@ -180,6 +181,17 @@ def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None)
         where = f"{path}:{line}:{col}" if line else str(path)
         msg = err["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{where}: {'.'.join(loc) or '<root>'}: {msg}") from None
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> None:
+    """Relative suite and rubric paths that do not exist from the working directory are taken
+    relative to the config file, so a config runs from anywhere."""
+    for section, key in (("rollout", "suite"), ("judge", "rubric")):
+        sub = data.get(section)
+        value = sub.get(key) if isinstance(sub, dict) else None
+        if isinstance(value, str) and value != "sandbox" and not Path(value).is_absolute():
+            if not Path(value).exists() and (base / value).exists():
+                sub[key] = str(base / value)
 
 
 def _locate(node: Any, loc: list[str]) -> tuple[int, int]:
