@@ -189,9 +189,9 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
     for section, key in (("rollout", "suite"), ("judge", "rubric")):
         sub = data.get(section)
         value = sub.get(key) if isinstance(sub, dict) else None
-        if isinstance(value, str) and value != "sandbox" and not Path(value).is_absolute():
-            if not Path(value).exists() and (base / value).exists():
-                sub[key] = str(base / value)
+        relative = isinstance(value, str) and value != "sandbox" and not Path(value).is_absolute()
+        if relative and not Path(value).exists() and (base / value).exists():
+            sub[key] = str(base / value)
 
 
 def _locate(node: Any, loc: list[str]) -> tuple[int, int]:

@@ -10,7 +10,7 @@ accumulation over micro-batches gives the gradient of the mini-batch loss exactl
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -48,9 +48,6 @@ __all__ = [
 ]
 
 Batch = dict[str, torch.Tensor]
-
-# Metrics that are parts of the mini-batch loss (summed over micro-batches); the rest are token means.
-_SUMMED = {"actor/pg_loss", "actor/kl_loss", "actor/entropy"}
 
 
 def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
@@ -192,6 +189,45 @@ def _accumulate(sums: dict[str, float], values: dict[str, Any], weight: float) -
         sums[k] = sums.get(k, 0.0) + weight * float(v)
 
 
+# loss_fn(micro_batch, denominator) → (loss to backpropagate, metrics that are parts of the
+# mini-batch loss and add up over micro-batches, metrics that are token means over the micro-batch)
+LossFn = Callable[[Batch, float], tuple[torch.Tensor, dict[str, Any], dict[str, Any]]]
+
+
+def _optimise(
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: AlgorithmConfig,
+    loss_fn: LossFn,
+    *,
+    grad_norm_key: str,
+    norm: int,
+    grad_clip: float,
+    generator: torch.Generator | None,
+) -> dict[str, float]:
+    """Epochs × mini-batches × micro-batches of ``loss_fn``, one clipped optimiser step per
+    mini-batch; returns the metrics averaged over optimiser steps."""
+    module.train()
+    params = [p for p in module.parameters() if p.requires_grad]
+    sums: dict[str, float] = {}
+    steps = 0
+    for _ in range(cfg.ppo_epochs):
+        for mini in _mini_batches(batch, cfg.mini_batch_size, generator):
+            denom = _denominator(mini, cfg.loss_agg, norm)
+            tokens = float(mini["loss_mask"].sum().clamp_min(1))
+            step_metrics: dict[str, float] = {}
+            for mb in micro_batches(mini, torch.arange(len(mini["input_ids"])), cfg.micro_batch_tokens):
+                loss, summed, averaged = loss_fn(mb, denom)
+                loss.backward()
+                _accumulate(step_metrics, summed, 1.0)
+                _accumulate(step_metrics, averaged, float(mb["loss_mask"].sum()) / tokens)
+            step_metrics[grad_norm_key] = _step(params, optimizer, grad_clip)
+            _accumulate(sums, step_metrics, 1.0)
+            steps += 1
+    return {k: v / max(steps, 1) for k, v in sums.items()}
+
+
 def update_actor(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -210,50 +246,32 @@ def update_actor(
     ``seq-mean-token-sum-norm`` (the trainer passes its max length). Gradients are clipped to
     ``grad_clip``; a step with a non-finite gradient norm is skipped.
     """
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    sums: dict[str, float] = {}
-    steps = 0
-    for _ in range(cfg.ppo_epochs):
-        for mini in _mini_batches(batch, cfg.mini_batch_size, generator):
-            denom = _denominator(mini, cfg.loss_agg, norm)
-            tokens = float(mini["loss_mask"].sum().clamp_min(1))
-            step_metrics: dict[str, float] = {}
-            for mb in micro_batches(mini, torch.arange(len(mini["input_ids"])), cfg.micro_batch_tokens):
-                mask = mb["loss_mask"]
-                lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True)
-                loss, m = policy_loss(
-                    mb["old_logprobs"],
-                    lp,
-                    mb["advantages"],
-                    mask,
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    clip_c=cfg.clip_c,
-                    agg=cfg.loss_agg,
-                    denominator=denom,
-                )
-                m = {f"actor/{k}": v for k, v in m.items()}
-                m["actor/pg_loss"] = loss.detach()
-                if cfg.kl_loss_coef > 0:
-                    kl = agg_loss(
-                        kl_penalty(lp, mb["ref_logprobs"], cfg.kl_kind), mask, cfg.loss_agg, denominator=denom
-                    )
-                    loss = loss + cfg.kl_loss_coef * kl
-                    m["actor/kl_loss"] = kl.detach()
-                entropy = agg_loss(ent, mask, cfg.loss_agg, denominator=denom)
-                if cfg.entropy_coef:
-                    loss = loss - cfg.entropy_coef * entropy
-                m["actor/entropy"] = entropy.detach()
-                loss.backward()
-                # Losses are already mini-batch-normalised sums; ratio-type metrics are token means.
-                share = float(mask.sum()) / tokens
-                _accumulate(step_metrics, {k: v for k, v in m.items() if k in _SUMMED}, 1.0)
-                _accumulate(step_metrics, {k: v for k, v in m.items() if k not in _SUMMED}, share)
-            step_metrics["actor/grad_norm"] = _step(params, optimizer, grad_clip)
-            _accumulate(sums, step_metrics, 1.0)
-            steps += 1
-    return {k: v / max(steps, 1) for k, v in sums.items()}
+
+    def loss_fn(mb: Batch, denom: float):
+        mask = mb["loss_mask"]
+        lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True)
+        loss, ratios = policy_loss(
+            mb["old_logprobs"], lp, mb["advantages"], mask,
+            clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
+            denominator=denom,
+        )  # fmt: skip
+        summed = {"actor/pg_loss": loss.detach()}
+        if cfg.kl_loss_coef > 0:
+            kl = agg_loss(
+                kl_penalty(lp, mb["ref_logprobs"], cfg.kl_kind), mask, cfg.loss_agg, denominator=denom
+            )
+            loss = loss + cfg.kl_loss_coef * kl
+            summed["actor/kl_loss"] = kl.detach()
+        entropy = agg_loss(ent, mask, cfg.loss_agg, denominator=denom)
+        if cfg.entropy_coef:
+            loss = loss - cfg.entropy_coef * entropy
+        summed["actor/entropy"] = entropy.detach()
+        return loss, summed, {f"actor/{k}": v for k, v in ratios.items()}
+
+    return _optimise(
+        model, optimizer, batch, cfg, loss_fn,
+        grad_norm_key="actor/grad_norm", norm=norm, grad_clip=grad_clip, generator=generator,
+    )  # fmt: skip
 
 
 def update_critic(
@@ -267,34 +285,19 @@ def update_critic(
     generator: torch.Generator | None = None,
 ) -> dict[str, float]:
     """Clipped value-loss epochs toward ``returns``; returns ``critic/*`` metrics."""
-    critic.train()
-    params = [p for p in critic.parameters() if p.requires_grad]
-    sums: dict[str, float] = {}
-    steps = 0
-    for _ in range(cfg.ppo_epochs):
-        for mini in _mini_batches(batch, cfg.mini_batch_size, generator):
-            denom = _denominator(mini, cfg.loss_agg, norm)
-            tokens = float(mini["loss_mask"].sum().clamp_min(1))
-            step_metrics: dict[str, float] = {}
-            for mb in micro_batches(mini, torch.arange(len(mini["input_ids"])), cfg.micro_batch_tokens):
-                vpreds = forward_values(critic, mb)
-                loss, clipfrac = value_loss(
-                    vpreds,
-                    mb["returns"],
-                    mb["values"],
-                    mb["loss_mask"],
-                    clip=cfg.value_clip,
-                    agg=cfg.loss_agg,
-                    denominator=denom,
-                )
-                (cfg.vf_coef * loss).backward()
-                share = float(mb["loss_mask"].sum()) / tokens
-                _accumulate(step_metrics, {"critic/vf_loss": loss.detach()}, 1.0)
-                _accumulate(step_metrics, {"critic/vf_clipfrac": clipfrac}, share)
-            step_metrics["critic/grad_norm"] = _step(params, optimizer, grad_clip)
-            _accumulate(sums, step_metrics, 1.0)
-            steps += 1
-    out = {k: v / max(steps, 1) for k, v in sums.items()}
+
+    def loss_fn(mb: Batch, denom: float):
+        vpreds = forward_values(critic, mb)
+        loss, clipfrac = value_loss(
+            vpreds, mb["returns"], mb["values"], mb["loss_mask"],
+            clip=cfg.value_clip, agg=cfg.loss_agg, denominator=denom,
+        )  # fmt: skip
+        return cfg.vf_coef * loss, {"critic/vf_loss": loss.detach()}, {"critic/vf_clipfrac": clipfrac}
+
+    out = _optimise(
+        critic, optimizer, batch, cfg, loss_fn,
+        grad_norm_key="critic/grad_norm", norm=norm, grad_clip=grad_clip, generator=generator,
+    )  # fmt: skip
     out["critic/vf_explained_var"] = explained_variance(
         batch["values"], batch["returns"], batch["loss_mask"]
     ).item()
