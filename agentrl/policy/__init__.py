@@ -6,6 +6,7 @@ policy (transformers generate) lives with the trainer, which owns torch.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from agentrl.errors import ConfigError
@@ -15,47 +16,30 @@ from agentrl.policy.oracle import OraclePolicy
 __all__ = ["EpisodeContext", "OraclePolicy", "Policy", "make_policy"]
 
 
+def _construct(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls(*args, **kwargs)`` with only the keyword arguments its constructor accepts (a CLI passes
+    every policy option; each policy takes its own)."""
+    accepted = inspect.signature(cls).parameters
+    return cls(*args, **{k: v for k, v in kwargs.items() if k in accepted})
+
+
 def make_policy(spec: str, **kwargs: Any) -> Policy:
     """A policy from a CLI spec: ``oracle``, ``openai:MODEL`` or ``litellm:MODEL``.
 
-    Keyword arguments go to the policy's constructor (``noise`` for the oracle; ``api_base``,
-    ``api_key``, ``temperature``, ``max_tokens``, ``concurrency`` for openai); None values are dropped.
+    Keyword arguments go to the policy's constructor when it accepts them (``noise`` for the
+    oracle; ``api_base``, ``api_key``, ``temperature``, ``max_tokens`` for openai and litellm);
+    None values are dropped.
     """
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     kind, _, model = spec.partition(":")
     if kind == "oracle":
-        allowed = {"noise", "style"}
-        return OraclePolicy(**{k: v for k, v in kwargs.items() if k in allowed})
-    if kind == "openai":
+        return _construct(OraclePolicy, **kwargs)
+    if kind in ("openai", "litellm"):
         if not model:
-            raise ConfigError("--policy: openai needs a model name, as openai:MODEL")
-        from agentrl.policy.openai import OpenAIPolicy
-
-        allowed = {
-            "api_base",
-            "api_key",
-            "temperature",
-            "max_tokens",
-            "timeout_s",
-            "retries",
-            "logprobs",
-            "top_p",
-        }
-        return OpenAIPolicy(model, **{k: v for k, v in kwargs.items() if k in allowed})
-    if kind == "litellm":
-        if not model:
-            raise ConfigError("--policy: litellm needs a model name, as litellm:MODEL")
-        from agentrl.policy.litellm_policy import LiteLLMPolicy
-
-        allowed = {
-            "api_base",
-            "api_key",
-            "temperature",
-            "max_tokens",
-            "timeout_s",
-            "retries",
-            "top_p",
-            "send_tools",
-        }
-        return LiteLLMPolicy(model, **{k: v for k, v in kwargs.items() if k in allowed})
+            raise ConfigError(f"--policy: {kind} needs a model name, as {kind}:MODEL")
+        if kind == "openai":
+            from agentrl.policy.openai import OpenAIPolicy as cls
+        else:
+            from agentrl.policy.litellm_policy import LiteLLMPolicy as cls
+        return _construct(cls, model, **kwargs)
     raise ConfigError(f"--policy: unknown policy {spec!r}; expected oracle, openai:MODEL or litellm:MODEL")
