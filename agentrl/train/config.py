@@ -39,7 +39,7 @@ class ModelConfig(_Strict):
     )
     tokenizer_vocab_size: int = Field(2048, ge=300, description="vocabulary size of an in-process tokenizer")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="parameter dtype: auto = bfloat16 autocast on GPU, float32 on CPU"
+        "auto", description="parameter dtype: auto = float32 weights, with bf16 autocast on a GPU"
     )
     critic_backbone: Literal["separate", "shared"] = Field(
         "separate", description="the critic's backbone: a separate copy of the policy, or the policy's own"
@@ -62,8 +62,7 @@ class RolloutConfig(_Strict):
     max_turns: int = Field(4, ge=1, description="assistant turns per episode")
     max_new_tokens: int = Field(64, ge=1, description="tokens per assistant turn")
     max_len: int = Field(1024, ge=16, description="tokens per trajectory (prompt + turns + observations)")
-    concurrency: int = Field(8, ge=1, description="episodes stepped concurrently")
-    backend: Literal["local", "ray"] = Field("local", description="where env workers run")
+    env_workers: int = Field(8, ge=1, description="threads stepping the envs of a batch of episodes")
 
 
 class JudgeSettings(_Strict):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from agentrl.train.models import autocast
+
 __all__ = ["Sample", "sample_batch"]
 
 
@@ -40,7 +42,6 @@ def _process(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Te
     return logp
 
 
-@torch.no_grad()
 def sample_batch(
     model: nn.Module,
     prompts: Sequence[Sequence[int]],
@@ -57,6 +58,11 @@ def sample_batch(
         raise ValueError("one seed per prompt")
     if not prompts:
         return []
+    with torch.no_grad(), autocast(model):
+        return _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature, top_p)
+
+
+def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature, top_p) -> list[Sample]:
     device = next(model.parameters()).device
     B, P = len(prompts), max(len(p) for p in prompts)
     input_ids = torch.full((B, P), pad_id, dtype=torch.long)

@@ -11,6 +11,7 @@ Position 0 has no prediction and gets 0.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -19,7 +20,7 @@ from torch import nn
 
 from agentrl.errors import ConfigError
 
-__all__ = ["ValueModel", "build_tiny_model", "frozen_copy", "parse_tiny_spec", "shifted"]
+__all__ = ["ValueModel", "autocast", "build_tiny_model", "frozen_copy", "parse_tiny_spec", "shifted"]
 
 _TINY_KEYS = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 0, "max_positions": 4096}
 
@@ -57,6 +58,15 @@ def build_tiny_model(vocab_size: int, spec: str = "tiny:", seed: int = 0) -> nn.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(cfg)
+
+
+def autocast(model: nn.Module) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast for float32 parameters on a GPU (fp32 master weights, bf16 matmuls); on a CPU,
+    or for parameters already in half precision, nothing changes."""
+    p = next(model.parameters())
+    if p.is_cuda and p.dtype == torch.float32:
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

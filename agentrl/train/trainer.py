@@ -9,6 +9,7 @@ continues exactly as an uninterrupted one would have.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import hashlib
 import json
 import math
@@ -115,6 +116,9 @@ class Trainer:
         if not self.tasks:
             raise ConfigError(f"rollout.suite {cfg.rollout.suite!r} has no tasks")
         self.envs: list[ResearchEnv] = [probe]
+        self.pool = cf.ThreadPoolExecutor(
+            max_workers=cfg.rollout.env_workers, thread_name_prefix="agentrl-env"
+        )
         self.sft_data: list[Trajectory] = []
         if cfg.sft_steps > 0 and not resume:
             rng = random.Random(_seed(cfg.seed, "sft"))
@@ -189,8 +193,9 @@ class Trainer:
         else:
             from transformers import AutoModelForCausalLM
 
+            # "auto" keeps float32 master weights; on a GPU the forward passes run under bf16 autocast.
             dtype = {
-                "auto": "auto",
+                "auto": torch.float32,
                 "float32": torch.float32,
                 "bfloat16": torch.bfloat16,
                 "float16": torch.float16,
@@ -332,7 +337,7 @@ class Trainer:
         trajs = run_policy_episodes(
             self.model, self.tokenizer, self.expander, self.envs, jobs,
             max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=r.temperature, top_p=r.top_p,
-            stop_ids=self.stop_ids, pad_id=self.pad_id,
+            stop_ids=self.stop_ids, pad_id=self.pad_id, executor=self.pool,
         )  # fmt: skip
         t1 = time.perf_counter()
         m.update(self._judge(trajs))

@@ -37,6 +37,7 @@ from agentrl.algos import (
 from agentrl.tokens import token_logprobs
 from agentrl.train.config import AlgorithmConfig
 from agentrl.train.distributed import all_reduce_grads, all_reduce_max, all_reduce_sum, world_size
+from agentrl.train.models import autocast
 
 __all__ = [
     "compute_advantages",
@@ -59,7 +60,8 @@ def forward_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token t | tokens < t) at temperature ``temperature``, and optionally the entropy of that
     distribution: ([B, T], [B, T] or None), 0 at t = 0 (the logits at t − 1 predict token t)."""
-    logits = model(**_inputs(batch)).logits
+    with autocast(model):
+        logits = model(**_inputs(batch)).logits
     if temperature != 1.0:
         logits = logits / temperature
     lp = token_logprobs(logits, batch["input_ids"])
@@ -71,7 +73,8 @@ def forward_logprobs(
 
 def forward_values(critic: nn.Module, batch: Batch) -> torch.Tensor:
     """The critic's V(s_t) for every token: [B, T] (float32)."""
-    return critic(**_inputs(batch)).float()
+    with autocast(critic):
+        return critic(**_inputs(batch)).float()
 
 
 def _trajectory_scores(batch: Batch, rewards: torch.Tensor) -> torch.Tensor:
