@@ -102,7 +102,10 @@ class AlgorithmConfig(_Strict):
     ] = Field("token-mean", description="loss aggregation mode")
     ppo_epochs: int = Field(1, ge=1, description="passes over each batch")
     mini_batch_size: int = Field(16, ge=1, description="trajectories per optimiser step")
-    micro_batch_tokens: int = Field(4096, ge=16, description="token budget of one forward/backward (packing)")
+    micro_batch_tokens: int = Field(4096, ge=16, description="token budget of one forward/backward")
+    pack_sequences: bool = Field(
+        True, description="pack several trajectories into one row per forward pass (position ids restart)"
+    )
     recompute_old_logprobs: Literal["auto", "always", "never"] = Field(
         "auto",
         description="recompute old log-probs with a forward pass: auto = where the rollout's are unknown "
@@ -131,6 +134,7 @@ class TrainConfig(_Strict):
         0, ge=0, description="supervised warm-start steps on oracle trajectories before RL"
     )
     sft_noise: float = Field(0.3, ge=0, le=1, description="oracle noise for the warm-start data")
+    sft_episodes: int = Field(256, ge=1, description="oracle episodes of warm-start data (tasks are cycled)")
     sft_lr: float = Field(1e-3, ge=0, description="learning rate of the warm start")
     seed: int = Field(0, description="seed of models, sampling and task order")
     output_dir: str = Field("runs/train", description="metrics.jsonl, trajectories, checkpoints, plots")

@@ -103,6 +103,8 @@ class ValueModel(nn.Module):
         hidden = policy.config.hidden_size
         if shared:
             return cls(policy, hidden, shared=True)
+        if hasattr(policy, "get_base_model"):  # peft: the adapted transformers model inside
+            policy = policy.get_base_model()
         base = getattr(policy, policy.base_model_prefix, None)
         if base is None:
             raise ConfigError(f"cannot find the backbone of {type(policy).__name__} to build a critic")

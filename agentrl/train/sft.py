@@ -25,18 +25,25 @@ __all__ = ["collect_oracle_trajectories", "sft_step"]
 
 
 def collect_oracle_trajectories(
-    env_config: dict[str, Any], tasks: Sequence[Task], noise: float, seed: int
+    env_config: dict[str, Any], tasks: Sequence[Task], noise: float, seed: int, episodes: int | None = None
 ) -> list[Trajectory]:
-    """One oracle episode per task (the oracle opens a distractor with probability ``noise``)."""
+    """``episodes`` oracle episodes (default: one per task), cycling through ``tasks`` with a new
+    sample index each round, so that a small suite still yields varied data: the oracle opens a
+    distractor with probability ``noise``, drawn per episode."""
     from agentrl.policy import OraclePolicy
     from agentrl.rollout import run_episode
 
     policy = OraclePolicy(noise=noise)
+    n = len(tasks) if episodes is None else episodes
+    jobs = [(tasks[i % len(tasks)], i // len(tasks)) for i in range(n)]
 
     async def run_all() -> list[Trajectory]:
-        envs = [ResearchEnv(env_config) for _ in tasks]
+        envs = [ResearchEnv(env_config) for _ in jobs]
         return await asyncio.gather(
-            *(run_episode(env, policy, task, 0, seed) for env, task in zip(envs, tasks, strict=True))
+            *(
+                run_episode(env, policy, task, sample, seed)
+                for env, (task, sample) in zip(envs, jobs, strict=True)
+            )
         )
 
     return asyncio.run(run_all())

@@ -121,9 +121,10 @@ class Trainer:
         )
         self.sft_data: list[Trajectory] = []
         if cfg.sft_steps > 0 and not resume:
-            rng = random.Random(_seed(cfg.seed, "sft"))
-            tasks = rng.sample(self.tasks, min(len(self.tasks), 256))
-            self.sft_data = collect_oracle_trajectories(self.env_config, tasks, cfg.sft_noise, cfg.seed)
+            tasks = random.Random(_seed(cfg.seed, "sft")).sample(self.tasks, len(self.tasks))
+            self.sft_data = collect_oracle_trajectories(
+                self.env_config, tasks, cfg.sft_noise, cfg.seed, episodes=cfg.sft_episodes
+            )
         if is_main():
             self.tokenizer = self._tokenizer(resume)
         barrier()
@@ -134,7 +135,10 @@ class Trainer:
         self.expander = Expander(self.tokenizer, max_len=cfg.rollout.max_len)
         self.model = self._policy().to(self.device)
         a = cfg.algorithm
-        self.ref = frozen_copy(self.model) if (a.kl_in_reward or a.kl_loss_coef > 0) else None
+        self.lora = cfg.model.lora_rank > 0
+        # With LoRA the reference is the base model, i.e. the policy with its adapters disabled.
+        self.uses_ref = a.kl_in_reward or a.kl_loss_coef > 0
+        self.ref = frozen_copy(self.model) if self.uses_ref and not self.lora else None
         self.critic = None
         if a.name == "ppo":
             self.critic = ValueModel.from_policy(self.model, shared=cfg.model.critic_backbone == "shared")
@@ -325,6 +329,12 @@ class Trainer:
         out[: len(a)] = a
         return out
 
+    def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+        if self.ref is not None:
+            return forward_logprobs(self.ref, batch, temperature)[0]
+        with self.model.disable_adapter():  # peft: the base model is the reference
+            return forward_logprobs(self.model, batch, temperature)[0]
+
     def train_step(self) -> dict[str, float]:
         """Run one RL step (the ``self.step + 1``-th) and return its metrics."""
         cfg, r, a = self.cfg, self.cfg.rollout, self.cfg.algorithm
@@ -373,8 +383,8 @@ class Trainer:
                     a.recompute_old_logprobs == "auto" and r.top_p == 1.0
                 )
                 batch["old_logprobs"] = torch.where(known & use_rollout, batch["old_logprobs"], recomputed)
-                if self.ref is not None:
-                    batch["ref_logprobs"], _ = forward_logprobs(self.ref, batch, r.temperature)
+                if self.uses_ref:
+                    batch["ref_logprobs"] = self._ref_logprobs(batch, r.temperature)
                 if self.critic is not None:
                     batch["values"] = forward_values(self.critic, batch)
             m.update(compute_advantages(batch, a, [t.task_id for t in keep], self.kl_ctrl))

@@ -55,26 +55,84 @@ def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
     return {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
 
 
+class _Packing:
+    """Right-padded rows [n, w] packed into R ≤ n lines [R, C] (first-fit by decreasing length, C the
+    longest row), with position ids restarting per row and a block-causal attention mask, so that
+    each row attends only to itself. ``unpack`` maps per-token outputs back to the padded layout."""
+
+    def __init__(self, batch: Batch, model: nn.Module) -> None:
+        from agentrl.tokens import block_causal_mask
+
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        self.shape = tuple(batch["input_ids"].shape)
+        C = max(max(lengths), 1)
+        lines: list[int] = []  # free space per line
+        self.line, self.offset = [0] * len(lengths), [0] * len(lengths)
+        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            j = next((k for k, free in enumerate(lines) if free >= lengths[i]), None)
+            if j is None:
+                lines.append(C)
+                j = len(lines) - 1
+            self.line[i], self.offset[i] = j, C - lines[j]
+            lines[j] -= lengths[i]
+        dev = batch["input_ids"].device
+        ids = torch.zeros(len(lines), C, dtype=torch.long, device=dev)
+        pos = torch.zeros_like(ids)
+        seq = torch.full_like(ids, -1)
+        for i, n in enumerate(lengths):
+            a, b = self.offset[i], self.offset[i] + n
+            ids[self.line[i], a:b] = batch["input_ids"][i, :n]
+            pos[self.line[i], a:b] = torch.arange(n, device=dev)
+            seq[self.line[i], a:b] = i
+        self.lengths = torch.tensor(lengths, device=dev)
+        # FlashAttention-2 finds the packed rows from the position ids; other kernels need the mask.
+        flash = getattr(getattr(model, "config", None), "_attn_implementation", "") == "flash_attention_2"
+        self.inputs = {
+            "input_ids": ids,
+            "position_ids": pos,
+            "attention_mask": None if flash else block_causal_mask(seq),
+        }
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """[R, C] per-token outputs → [n, w]; 0 beyond each row's length and at its token 0 (a shifted
+        output there would come from the previous row of the line)."""
+        _, w = self.shape
+        dev = x.device
+        t = torch.arange(w, device=dev)
+        cols = (torch.tensor(self.offset, device=dev)[:, None] + t).clamp(max=x.shape[1] - 1)
+        out = x[torch.tensor(self.line, device=dev)[:, None], cols]
+        keep = (t[None, :] < self.lengths[:, None]) & (t[None, :] > 0)
+        return torch.where(keep, out, torch.zeros((), dtype=x.dtype, device=dev))
+
+
 def forward_logprobs(
-    model: nn.Module, batch: Batch, temperature: float = 1.0, with_entropy: bool = False
+    model: nn.Module, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, pack: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token t | tokens < t) at temperature ``temperature``, and optionally the entropy of that
-    distribution: ([B, T], [B, T] or None), 0 at t = 0 (the logits at t − 1 predict token t)."""
+    distribution: ([B, T], [B, T] or None), 0 at t = 0 (the logits at t − 1 predict token t).
+    ``pack`` runs the forward pass on the rows packed into fewer lines (same results, less padding)."""
+    p = _Packing(batch, model) if pack else None
+    inputs = p.inputs if p else _inputs(batch)
     with autocast(model):
-        logits = model(**_inputs(batch)).logits
+        logits = model(**inputs).logits
     if temperature != 1.0:
         logits = logits / temperature
-    lp = token_logprobs(logits, batch["input_ids"])
-    if not with_entropy:
-        return lp, None
-    ent = entropy_from_logits(logits[:, :-1].float())
-    return lp, torch.cat([torch.zeros_like(ent[:, :1]), ent], dim=1)
+    lp = token_logprobs(logits, inputs["input_ids"])
+    ent = None
+    if with_entropy:
+        e = entropy_from_logits(logits[:, :-1].float())
+        ent = torch.cat([torch.zeros_like(e[:, :1]), e], dim=1)
+    if p is not None:
+        lp, ent = p.unpack(lp), (None if ent is None else p.unpack(ent))
+    return lp, ent
 
 
-def forward_values(critic: nn.Module, batch: Batch) -> torch.Tensor:
-    """The critic's V(s_t) for every token: [B, T] (float32)."""
+def forward_values(critic: nn.Module, batch: Batch, pack: bool = False) -> torch.Tensor:
+    """The critic's V(s_t) for every token: [B, T] (float32); ``pack`` as in ``forward_logprobs``."""
+    p = _Packing(batch, critic) if pack else None
     with autocast(critic):
-        return critic(**_inputs(batch)).float()
+        values = critic(**(p.inputs if p else _inputs(batch))).float()
+    return p.unpack(values) if p is not None else values
 
 
 def _trajectory_scores(batch: Batch, rewards: torch.Tensor) -> torch.Tensor:
@@ -142,15 +200,24 @@ def _whiten(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return ((adv - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=adv.dtype))) * mask
 
 
-def micro_batches(batch: Batch, rows: torch.Tensor, token_budget: int) -> Iterator[Batch]:
-    """Split ``rows`` (indices into the batch) into micro-batches of at most ``token_budget`` padded
-    tokens, trimming each to its longest row. Rows are taken in length order to waste little padding."""
+def micro_batches(
+    batch: Batch, rows: torch.Tensor, token_budget: int, packed: bool = False
+) -> Iterator[Batch]:
+    """Split ``rows`` (indices into the batch) into micro-batches of at most ``token_budget`` tokens —
+    padded tokens, or real tokens when the forward pass packs the rows — each trimmed to its longest
+    row. Rows are taken in length order to waste little padding."""
     lengths = batch["attention_mask"][rows].sum(-1)
     order = rows[torch.argsort(lengths, descending=True)]
+    sorted_len = lengths[torch.argsort(lengths, descending=True)].tolist()
     start = 0
     while start < len(order):
-        longest = int(batch["attention_mask"][order[start]].sum())
-        n = max(1, token_budget // max(longest, 1))
+        if packed:
+            total, n = 0, 0
+            while start + n < len(order) and (n == 0 or total + sorted_len[start + n] <= token_budget):
+                total += sorted_len[start + n]
+                n += 1
+        else:
+            n = max(1, token_budget // max(int(sorted_len[start]), 1))
         idx = order[start : start + n]
         width = int(batch["attention_mask"][idx].sum(-1).max())
         yield {k: (v[idx, :width] if v.dim() == 2 else v[idx]) for k, v in batch.items()}
@@ -181,7 +248,9 @@ def _mini_batches(batch: Batch, mini_batch_size: int, generator: torch.Generator
 def _step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
     all_reduce_grads(params)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
-    if torch.isfinite(grad_norm):
+    # No step on a zero gradient (every advantage 0: no signal) or a non-finite one: Adam would
+    # otherwise keep moving the weights along its momentum with nothing to learn from.
+    if torch.isfinite(grad_norm) and grad_norm > 0:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(grad_norm)
@@ -220,7 +289,8 @@ def _optimise(
             denom = _denominator(mini, cfg.loss_agg, norm)
             tokens = float(mini["loss_mask"].sum().clamp_min(1))
             step_metrics: dict[str, float] = {}
-            for mb in micro_batches(mini, torch.arange(len(mini["input_ids"])), cfg.micro_batch_tokens):
+            rows = torch.arange(len(mini["input_ids"]))
+            for mb in micro_batches(mini, rows, cfg.micro_batch_tokens, packed=cfg.pack_sequences):
                 loss, summed, averaged = loss_fn(mb, denom)
                 loss.backward()
                 _accumulate(step_metrics, summed, 1.0)
@@ -247,12 +317,12 @@ def update_actor(
     Loss per mini-batch: policy_loss + kl_loss_coef·KL(π‖π_ref) − entropy_coef·H, each aggregated by
     ``cfg.loss_agg`` over the mini-batch's policy tokens. ``norm`` is the constant normaliser of
     ``seq-mean-token-sum-norm`` (the trainer passes its max length). Gradients are clipped to
-    ``grad_clip``; a step with a non-finite gradient norm is skipped.
+    ``grad_clip``; a step with a zero or non-finite gradient norm is skipped.
     """
 
     def loss_fn(mb: Batch, denom: float):
         mask = mb["loss_mask"]
-        lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True)
+        lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True, pack=cfg.pack_sequences)
         loss, ratios = policy_loss(
             mb["old_logprobs"], lp, mb["advantages"], mask,
             clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
@@ -290,7 +360,7 @@ def update_critic(
     """Clipped value-loss epochs toward ``returns``; returns ``critic/*`` metrics."""
 
     def loss_fn(mb: Batch, denom: float):
-        vpreds = forward_values(critic, mb)
+        vpreds = forward_values(critic, mb, pack=cfg.pack_sequences)
         loss, clipfrac = value_loss(
             vpreds, mb["returns"], mb["values"], mb["loss_mask"],
             clip=cfg.value_clip, agg=cfg.loss_agg, denominator=denom,

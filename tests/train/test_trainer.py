@@ -106,3 +106,19 @@ def test_config_errors_name_file_line_and_field(tmp_path):
     assert load_train_config(path, {"optim.lr": 0, "steps": 5}).steps == 5
     with pytest.raises(ConfigError, match="no such file"):
         load_train_config(tmp_path / "missing.yaml")
+
+
+def test_lora_policy_with_the_base_model_as_reference(tmp_path):
+    pytest.importorskip("peft")
+    cfg = _cfg(tmp_path, **{"model.lora_rank": 4, "algorithm.kl_loss_coef": 0.1, "sft_steps": 0, "steps": 1})
+    t = Trainer(cfg, progress=False)
+    t.setup()
+    assert t.ref is None and t.uses_ref
+    frozen = {k: v.clone() for k, v in t.model.named_parameters() if not v.requires_grad}
+    adapters = {k: v.clone() for k, v in t.model.named_parameters() if v.requires_grad}
+    assert frozen and adapters and all("lora" in k for k in adapters)
+    metrics = t.train_step()
+    assert "actor/kl_loss" in metrics
+    params = dict(t.model.named_parameters())
+    assert all(torch.equal(v, params[k]) for k, v in frozen.items())  # the base never moves
+    assert any(not torch.equal(v, params[k]) for k, v in adapters.items())

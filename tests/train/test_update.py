@@ -187,3 +187,29 @@ def test_kl_only_objective_moves_the_policy_toward_the_reference(tok):
     for _ in range(15):
         update_actor(actor, opt, batch, cfg)
     assert kl() < 0.5 * start
+
+
+@pytest.mark.parametrize("critic", [False, True])
+def test_packed_forward_equals_padded_forward(tok, critic):
+    lengths = [20, 5, 7, 12, 3, 8]
+    g = torch.Generator().manual_seed(0)
+    B, T = len(lengths), max(lengths)
+    ids = torch.randint(10, 200, (B, T), generator=g)
+    attn = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
+    batch = {
+        "input_ids": ids * attn,
+        "attention_mask": attn,
+        "position_ids": torch.arange(T).expand(B, T) * attn,
+    }
+    actor, value_model = _models(tok)
+    with torch.no_grad():
+        if critic:
+            a, b = forward_values(value_model, batch), forward_values(value_model, batch, pack=True)
+        else:
+            (a, ea), (b, eb) = (forward_logprobs(actor, batch, 0.7, True, pack=p) for p in (False, True))
+            assert torch.allclose(ea * attn, eb, atol=1e-5)
+    assert torch.allclose(a * attn, b, atol=1e-5)
+    # The six rows fit in fewer lines than rows: packing actually packed something.
+    from agentrl.train.update import _Packing
+
+    assert _Packing(batch, actor).inputs["input_ids"].shape[0] < B
