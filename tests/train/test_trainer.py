@@ -114,11 +114,15 @@ def test_lora_policy_with_the_base_model_as_reference(tmp_path):
     t = Trainer(cfg, progress=False)
     t.setup()
     assert t.ref is None and t.uses_ref
+    with torch.no_grad():  # move the adapters off zero, so that the policy differs from its base
+        for k, v in t.model.named_parameters():
+            if "lora_B" in k:
+                v.normal_(0, 0.5, generator=torch.Generator().manual_seed(0))
     frozen = {k: v.clone() for k, v in t.model.named_parameters() if not v.requires_grad}
     adapters = {k: v.clone() for k, v in t.model.named_parameters() if v.requires_grad}
     assert frozen and adapters and all("lora" in k for k in adapters)
     metrics = t.train_step()
-    assert "actor/kl_loss" in metrics
+    assert metrics["actor/kl_loss"] > 0  # KL to the adapter-free base, which the loss pulls toward
     params = dict(t.model.named_parameters())
     assert all(torch.equal(v, params[k]) for k, v in frozen.items())  # the base never moves
     assert any(not torch.equal(v, params[k]) for k, v in adapters.items())
