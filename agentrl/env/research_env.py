@@ -244,6 +244,8 @@ class ResearchEnv(gymnasium.Env[str, str]):
             "needs_judge": self.needs_judge,
             "tool_log": self.tool_log,
             "elapsed_s": round(time.monotonic() - self._started, 4),
+            # The task's rubric travels with the trajectory, so ``agentrl judge`` and replays need no suite.
+            "rubric": self._rubric_mapping(),
         }
         return Trajectory(
             id=id or self.task.id,
@@ -252,6 +254,15 @@ class ResearchEnv(gymnasium.Env[str, str]):
             reward=self.reward_breakdown,
             info=info,
         )
+
+    def _rubric_mapping(self) -> dict[str, Any]:
+        assert self.task is not None
+        data = self.suite.rubric_data(self.task)
+        if isinstance(data, dict):
+            return data
+        import yaml
+
+        return yaml.safe_load(data)
 
     def close(self) -> None:
         """Nothing to release per env: backends and caches are shared per process."""

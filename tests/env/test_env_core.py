@@ -173,3 +173,18 @@ def test_search_r1_format(small_suite):
     assert obs.startswith("<information>") and obs.endswith("</information>")
     _, _r, term, *_ = env.step("<answer>no idea</answer>")
     assert term
+
+
+def test_trajectory_carries_its_rubric_for_the_judge():
+    from agentrl.judge import parse_rubric, resolve_rubric, score_deterministic
+
+    env = ResearchEnv({"suite": str(ALPHABET)})
+    env.reset(options={"task": "alphabet-2025-cloud"})
+    env.step(
+        call("answer", report="Q1 2025 Google Cloud revenue was $12.3 billion \\cite{alphabet-q1-2025}.")
+    )
+    traj = env.trajectory()
+    rubric = resolve_rubric(traj, None)  # what `agentrl judge` does without --rubric
+    assert rubric == parse_rubric(traj.info["rubric"])
+    assert rubric.content_hash == env.rubric.content_hash
+    assert score_deterministic(rubric, traj.final_report()).total == traj.reward.total
