@@ -41,6 +41,7 @@ from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
 from agentrl.train.update import (
+    chunked_forward,
     compute_advantages,
     forward_logprobs,
     forward_values,
@@ -330,10 +331,11 @@ class Trainer:
         return out
 
     def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+        pack = self.cfg.algorithm.pack_sequences
         if self.ref is not None:
-            return forward_logprobs(self.ref, batch, temperature)[0]
+            return forward_logprobs(self.ref, batch, temperature, pack=pack)[0]
         with self.model.disable_adapter():  # peft: the base model is the reference
-            return forward_logprobs(self.model, batch, temperature)[0]
+            return forward_logprobs(self.model, batch, temperature, pack=pack)[0]
 
     def train_step(self) -> dict[str, float]:
         """Run one RL step (the ``self.step + 1``-th) and return its metrics."""
@@ -372,21 +374,27 @@ class Trainer:
         if batch:
             gen = torch.Generator().manual_seed(_seed(cfg.seed, "update", step))
             mask = batch["loss_mask"]
-            with torch.no_grad():
-                recomputed, _ = forward_logprobs(self.model, batch, r.temperature)
-                known = batch["known_logprobs"].to(self.device).bool() & mask.bool()
-                if known.any():
-                    m["actor/rollout_logprob_diff"] = (
-                        (recomputed - batch["old_logprobs"])[known].abs().mean().item()
-                    )
-                use_rollout = a.recompute_old_logprobs == "never" or (
-                    a.recompute_old_logprobs == "auto" and r.top_p == 1.0
+            T, budget, pack = r.temperature, a.micro_batch_tokens, a.pack_sequences
+            recomputed = chunked_forward(
+                lambda b: forward_logprobs(self.model, b, T, pack=pack)[0], batch, budget, pack
+            )
+            known = batch["known_logprobs"].to(self.device).bool() & mask.bool()
+            if known.any():
+                m["actor/rollout_logprob_diff"] = (
+                    (recomputed - batch["old_logprobs"])[known].abs().mean().item()
                 )
-                batch["old_logprobs"] = torch.where(known & use_rollout, batch["old_logprobs"], recomputed)
-                if self.uses_ref:
-                    batch["ref_logprobs"] = self._ref_logprobs(batch, r.temperature)
-                if self.critic is not None:
-                    batch["values"] = forward_values(self.critic, batch)
+            use_rollout = a.recompute_old_logprobs == "never" or (
+                a.recompute_old_logprobs == "auto" and r.top_p == 1.0
+            )
+            batch["old_logprobs"] = torch.where(known & use_rollout, batch["old_logprobs"], recomputed)
+            if self.uses_ref:
+                batch["ref_logprobs"] = chunked_forward(
+                    lambda b: self._ref_logprobs(b, T), batch, budget, pack
+                )
+            if self.critic is not None:
+                batch["values"] = chunked_forward(
+                    lambda b: forward_values(self.critic, b, pack=pack), batch, budget, pack
+                )
             m.update(compute_advantages(batch, a, [t.task_id for t in keep], self.kl_ctrl))
             t4 = time.perf_counter()
             m.update(

@@ -40,6 +40,7 @@ from agentrl.train.distributed import all_reduce_grads, all_reduce_max, all_redu
 from agentrl.train.models import autocast
 
 __all__ = [
+    "chunked_forward",
     "compute_advantages",
     "forward_logprobs",
     "forward_values",
@@ -220,8 +221,24 @@ def micro_batches(
             n = max(1, token_budget // max(int(sorted_len[start]), 1))
         idx = order[start : start + n]
         width = int(batch["attention_mask"][idx].sum(-1).max())
-        yield {k: (v[idx, :width] if v.dim() == 2 else v[idx]) for k, v in batch.items()}
+        mb = {k: (v[idx, :width] if v.dim() == 2 else v[idx]) for k, v in batch.items()}
+        mb["_rows"] = idx
+        yield mb
         start += n
+
+
+@torch.no_grad()
+def chunked_forward(
+    fn: Callable[[Batch], torch.Tensor], batch: Batch, token_budget: int, packed: bool = False
+) -> torch.Tensor:
+    """``fn`` (a per-token forward such as ``forward_logprobs``) over the whole batch, one micro-batch
+    at a time so that a large batch never needs one huge forward pass: [B, T] (float32)."""
+    B, T = batch["input_ids"].shape
+    out = torch.zeros(B, T, dtype=torch.float32, device=batch["input_ids"].device)
+    for mb in micro_batches(batch, torch.arange(B), token_budget, packed):
+        y = fn(mb)
+        out[mb["_rows"], : y.shape[1]] = y.float()
+    return out
 
 
 def _denominator(mb: Batch, agg: str, norm: int) -> float:

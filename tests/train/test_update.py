@@ -213,3 +213,15 @@ def test_packed_forward_equals_padded_forward(tok, critic):
     from agentrl.train.update import _Packing
 
     assert _Packing(batch, actor).inputs["input_ids"].shape[0] < B
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_chunked_forward_equals_one_forward(tok, pack):
+    from agentrl.train.update import chunked_forward
+
+    batch = _batch(tok, _trajectories(tok, n=5, seed=7))
+    actor, _ = _models(tok)
+    with torch.no_grad():
+        whole, _ = forward_logprobs(actor, batch)
+    parts = chunked_forward(lambda b: forward_logprobs(actor, b, pack=pack)[0], batch, 120, pack)
+    assert torch.allclose(whole * batch["attention_mask"], parts, atol=1e-5)
