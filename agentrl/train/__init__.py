@@ -4,6 +4,7 @@
 """
 
 from agentrl.train.config import TrainConfig, load_train_config
-from agentrl.train.trainer import Trainer, normalized_reward
+from agentrl.train.scoring import normalized_reward
+from agentrl.train.trainer import Trainer
 
 __all__ = ["TrainConfig", "Trainer", "load_train_config", "normalized_reward"]

@@ -24,7 +24,7 @@ import torch
 from agentrl.algos import AdaptiveKLController, FixedKLController, masked_mean
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
-from agentrl.tokens import Expander, collate
+from agentrl.tokens import Expander
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import (
@@ -39,6 +39,7 @@ from agentrl.train.distributed import (
 from agentrl.train.episodes import Job, run_policy_episodes
 from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
+from agentrl.train.scoring import build_batch, judge_trajectories, normalized_reward
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
 from agentrl.train.update import (
     chunked_forward,
@@ -50,7 +51,7 @@ from agentrl.train.update import (
 )
 from agentrl.trajectory import Trajectory, write_trajectories
 
-__all__ = ["Trainer", "normalized_reward"]
+__all__ = ["Trainer"]
 
 
 def _seed(*parts: Any) -> int:
@@ -69,13 +70,6 @@ def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
         summed = key.startswith(("train/dropped", "train/tokens", "judge/"))
         out[key] = float(sum(vals)) if summed else float(sum(vals) / len(vals))
     return out
-
-
-def normalized_reward(traj: Trajectory) -> float:
-    """The reward on [0, 1]: total / Σ positive weights of its rubric, clipped (total when unknown)."""
-    assert traj.reward is not None and traj.reward.total is not None
-    pos = sum(c.weight for c in traj.reward.criteria if c.weight > 0)
-    return min(max(traj.reward.total / pos, 0.0), 1.0) if pos > 0 else traj.reward.total
 
 
 class Trainer:
@@ -270,66 +264,6 @@ class Trainer:
         mine = tasks[rank() :: world_size()]
         return [Job(t, s, _seed(self.cfg.seed, step, t.id, s)) for t in mine for s in range(r.group_size)]
 
-    def _judge(self, trajs: list[Trajectory]) -> dict[str, float]:
-        pending = [t for t in trajs if t.reward is None and t.info.get("needs_judge")]
-        j = self.cfg.judge
-        if self.cfg.judge.rubric is not None:
-            pending = trajs
-        if not pending:
-            return {}
-        from agentrl.judge import Judge, JudgeConfig, load_rubric, parse_rubric
-
-        if j.model is None and (j.rubric is None or not load_rubric(j.rubric).is_deterministic):
-            raise ConfigError("these rubrics need the LLM judge: set judge.model")
-        judge = Judge(JudgeConfig(model=j.model, api_base=j.api_base, concurrency=j.concurrency))
-        fixed = load_rubric(j.rubric) if j.rubric else None
-        probe = self.envs[0]
-        items = [
-            (t, fixed or parse_rubric(probe.suite.rubric_data(probe.suite.task(t.task_id)))) for t in pending
-        ]
-        import asyncio
-
-        for t, bd in zip(pending, asyncio.run(judge.score_many(items)), strict=True):
-            t.reward = bd
-        return {"judge/calls": float(sum(t.reward.calls for t in pending if t.reward))}
-
-    def _expand(
-        self, trajs: list[Trajectory]
-    ) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
-        keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
-        for t in trajs:
-            if t.reward is None or t.reward.status != "ok" or t.reward.total is None:
-                dropped_judge += 1
-                continue
-            row = self.expander.expand(t)
-            on = np.flatnonzero(row.loss_mask)
-            if on.size == 0:
-                dropped_empty += 1
-                continue
-            row.token_level_scores[:] = 0.0
-            row.token_level_scores[on[-1]] = (
-                normalized_reward(t) if self.cfg.judge.normalize else t.reward.total
-            )
-            keep.append(t)
-            rows.append(row)
-        stats = {
-            "train/dropped_judge_error": float(dropped_judge),
-            "train/dropped_untrainable": float(dropped_empty),
-        }
-        if not rows:
-            return keep, {}, stats
-        batch = {k: v.to(self.device) for k, v in collate(rows, pad_token_id=self.pad_id).items()}
-        batch["known_logprobs"] = torch.from_numpy(
-            np.stack([self._pad(r.known_logprob_mask(), batch) for r in rows])
-        )
-        return keep, batch, stats
-
-    @staticmethod
-    def _pad(a: np.ndarray, batch: dict[str, torch.Tensor]) -> np.ndarray:
-        out = np.zeros(batch["input_ids"].shape[1], dtype=a.dtype)
-        out[: len(a)] = a
-        return out
-
     def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
         pack = self.cfg.algorithm.pack_sequences
         if self.ref is not None:
@@ -352,14 +286,16 @@ class Trainer:
             stop_ids=self.stop_ids, pad_id=self.pad_id, executor=self.pool,
         )  # fmt: skip
         t1 = time.perf_counter()
-        m.update(self._judge(trajs))
+        m.update(judge_trajectories(trajs, cfg.judge, self.envs[0].suite))
         t2 = time.perf_counter()
         for t in trajs:
             t.info["step"] = step
         everyone = [t for part in all_gather_objects(trajs) for t in part]
         if is_main():
             write_trajectories(self.out / "trajectories" / f"step_{step:05d}.jsonl", everyone)
-        keep, batch, stats = self._expand(trajs)
+        keep, batch, stats = build_batch(
+            trajs, self.expander, normalize=cfg.judge.normalize, pad_id=self.pad_id, device=self.device
+        )
         m.update(stats)
         t3 = time.perf_counter()
         scored = [t for t in trajs if t.reward is not None and t.reward.total is not None]

@@ -1,0 +1,80 @@
+"""From finished episodes to a training batch: the LLM judge where the env could not score an
+answer, then the expander's rows with the reward on the last policy token. Trajectories the judge
+failed on, and rows with no policy token, are dropped and counted, never scored 0."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.errors import ConfigError
+from agentrl.tokens import Expander, collate
+from agentrl.train.config import JudgeSettings
+from agentrl.trajectory import Trajectory
+
+__all__ = ["build_batch", "judge_trajectories", "normalized_reward"]
+
+
+def normalized_reward(traj: Trajectory) -> float:
+    """The reward on [0, 1]: total / Σ positive weights of its rubric, clipped (total when unknown)."""
+    assert traj.reward is not None and traj.reward.total is not None
+    pos = sum(c.weight for c in traj.reward.criteria if c.weight > 0)
+    return min(max(traj.reward.total / pos, 0.0), 1.0) if pos > 0 else traj.reward.total
+
+
+def judge_trajectories(trajs: list[Trajectory], settings: JudgeSettings, suite: Any) -> dict[str, float]:
+    """Score, in place, the trajectories the env left to the LLM judge (all of them when
+    ``settings.rubric`` overrides the tasks' rubrics); returns judge metrics."""
+    pending = trajs if settings.rubric is not None else [t for t in trajs if t.info.get("needs_judge")]
+    if not pending:
+        return {}
+    from agentrl.judge import Judge, JudgeConfig, load_rubric, parse_rubric
+
+    fixed = load_rubric(settings.rubric) if settings.rubric else None
+    if settings.model is None and (fixed is None or not fixed.is_deterministic):
+        raise ConfigError("these rubrics need the LLM judge: set judge.model")
+    judge = Judge(
+        JudgeConfig(model=settings.model, api_base=settings.api_base, concurrency=settings.concurrency)
+    )
+    items = [(t, fixed or parse_rubric(suite.rubric_data(suite.task(t.task_id)))) for t in pending]
+    for t, bd in zip(pending, asyncio.run(judge.score_many(items)), strict=True):
+        t.reward = bd
+        t.info["needs_judge"] = False
+    return {"judge/calls": float(sum(t.reward.calls for t in pending if t.reward))}
+
+
+def build_batch(
+    trajs: list[Trajectory], expander: Expander, *, normalize: bool, pad_id: int, device: torch.device
+) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
+    """The trainable trajectories, their collated rows (plus ``known_logprobs``, 1 where the sampler's
+    log-prob is known) and drop counts. The reward — normalised when ``normalize`` — is the only
+    score, on the last policy token."""
+    keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
+    for t in trajs:
+        if t.reward is None or t.reward.status != "ok" or t.reward.total is None:
+            dropped_judge += 1
+            continue
+        row = expander.expand(t)
+        on = np.flatnonzero(row.loss_mask)
+        if on.size == 0:
+            dropped_empty += 1
+            continue
+        row.token_level_scores[:] = 0.0
+        row.token_level_scores[on[-1]] = normalized_reward(t) if normalize else t.reward.total
+        keep.append(t)
+        rows.append(row)
+    stats = {
+        "train/dropped_judge_error": float(dropped_judge),
+        "train/dropped_untrainable": float(dropped_empty),
+    }
+    if not rows:
+        return keep, {}, stats
+    batch = {k: v.to(device) for k, v in collate(rows, pad_token_id=pad_id).items()}
+    known = np.zeros(tuple(batch["input_ids"].shape), dtype=np.int64)
+    for i, r in enumerate(rows):
+        known[i, : len(r)] = r.known_logprob_mask()
+    batch["known_logprobs"] = torch.from_numpy(known).to(device)
+    return keep, batch, stats
