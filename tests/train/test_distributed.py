@@ -29,7 +29,11 @@ def _run(cmd, cwd):
 def test_two_processes_equal_one(tmp_path, algo):
     cfg = json.loads(json.dumps(TINY))
     cfg["algorithm"].update(
-        {"name": algo, "mini_batch_size": 4}
+        {
+            "name": algo,
+            "mini_batch_size": 4,
+            "entropy_coef": 0.01,
+        }  # entropy: a gradient even if every reward is 0
     )  # one optimiser step over all 4 trajectories
     cfg.update({"steps": 1, "sft_steps": 1})
     path = tmp_path / "cfg.yaml"
