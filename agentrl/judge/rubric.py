@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agentrl.errors import RubricError
 
@@ -35,6 +43,16 @@ __all__ = [
 ]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def _check_id(v: str) -> str:
+    """Rubric and criterion ids: letters, digits, '_', '.', '-', starting with a letter or digit."""
+    if not _ID.match(v):
+        raise ValueError("an id is letters, digits, '_', '.', '-' and starts with a letter or digit")
+    return v
+
+
+Id = Annotated[str, AfterValidator(_check_id)]
 
 #: Scale words the ``number`` grader understands, lower-case, with their multipliers.
 UNIT_WORDS: dict[str, float] = {
@@ -138,18 +156,11 @@ Grader = Annotated[
 class Criterion(_Strict):
     """One rubric item: a positive quality (weight > 0) or a negative flaw (weight < 0)."""
 
-    id: str
+    id: Id
     text: str
     weight: float = Field(allow_inf_nan=False)
     kind: Literal["positive", "negative"] = "positive"
     grader: Grader = Field(default_factory=LLMGrader)
-
-    @field_validator("id")
-    @classmethod
-    def _id_ok(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise ValueError("an id is letters, digits, '_', '.', '-' and starts with a letter or digit")
-        return v
 
     @field_validator("text")
     @classmethod
@@ -175,19 +186,12 @@ class Criterion(_Strict):
 class Rubric(_Strict):
     """A validated rubric. ``content_hash`` (sha256 of the canonical JSON) names its exact content."""
 
-    id: str
+    id: Id
     version: int = 1
     description: str = ""
     mapping: Literal["strict", "ternary", "binary"] = "strict"
     aggregation: Literal["weighted_sum", "normalized"] = "weighted_sum"
     criteria: list[Criterion]
-
-    @field_validator("id")
-    @classmethod
-    def _id_ok(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise ValueError("an id is letters, digits, '_', '.', '-' and starts with a letter or digit")
-        return v
 
     @field_validator("criteria")
     @classmethod
