@@ -442,7 +442,9 @@ def test_calls_the_env_parsed_from_text_are_rendered_once() -> None:
 def test_generation_prompt_ids_are_the_prefix_of_the_training_row(family: str) -> None:
     tok = cached_tokenizer(family)
     exp = cached_expander(family)
-    first = sampled([*enc(tok, "I will search"), tid(tok, tok.eos_token)], "I will search", tool_calls=[call(1)])
+    first = sampled(
+        [*enc(tok, "I will search"), tid(tok, tok.eos_token)], "I will search", tool_calls=[call(1)]
+    )
     history = [SYS, USER, first, {"role": "tool", "tool_call_id": "call_1", "content": "1. result"}]
     prompt = exp.generation_prompt_ids(traj(*history).messages)
     second_ids = [*enc(tok, "Done"), tid(tok, tok.eos_token)]
