@@ -29,6 +29,7 @@ from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_ch
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import (
     all_gather_objects,
+    all_reduce_sum,
     barrier,
     broadcast_parameters,
     init_distributed,
@@ -307,7 +308,11 @@ class Trainer:
         m["env/tool_calls/mean"] = float(np.mean([t.info.get("tool_calls", 0) for t in trajs]))
         m["env/answered/frac"] = float(np.mean([bool(t.info.get("terminated")) for t in trajs]))
         m["env/format_errors/mean"] = float(np.mean([t.info.get("format_errors", 0) for t in trajs]))
-        if batch:
+        # The update's collectives need every rank: if any rank has nothing trainable this step
+        # (every trajectory a judge error, say), all ranks skip the update rather than hang.
+        empty_ranks = all_reduce_sum(0.0 if batch else 1.0)
+        m["train/skipped_update"] = float(empty_ranks > 0)
+        if empty_ranks == 0:
             gen = torch.Generator().manual_seed(_seed(cfg.seed, "update", step))
             mask = batch["loss_mask"]
             T, budget, pack = r.temperature, a.micro_batch_tokens, a.pack_sequences

@@ -126,3 +126,23 @@ def test_lora_policy_with_the_base_model_as_reference(tmp_path):
     params = dict(t.model.named_parameters())
     assert all(torch.equal(v, params[k]) for k, v in frozen.items())  # the base never moves
     assert any(not torch.equal(v, params[k]) for k, v in adapters.items())
+
+
+def test_a_step_with_nothing_trainable_skips_the_update(tmp_path, monkeypatch):
+    cfg = _cfg(tmp_path, **{"sft_steps": 0, "steps": 1})
+    t = Trainer(cfg, progress=False)
+    t.setup()
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    # Every trajectory comes back from the judge as a judge error: dropped, counted, never scored 0.
+    from agentrl.trajectory import RewardBreakdown
+
+    def all_errors(trajs, settings, suite):
+        for traj in trajs:
+            traj.reward = RewardBreakdown(total=None, status="judge_error", error="judge unavailable")
+        return {}
+
+    monkeypatch.setattr("agentrl.train.trainer.judge_trajectories", all_errors)
+    m = t.train_step()
+    assert m["train/dropped_judge_error"] == 4.0 and m["train/skipped_update"] == 1.0
+    assert "actor/pg_loss" not in m
+    assert all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
