@@ -19,10 +19,15 @@ __all__ = ["build_batch", "judge_trajectories", "normalized_reward"]
 
 
 def normalized_reward(traj: Trajectory) -> float:
-    """The reward on [0, 1]: total / Σ positive weights of its rubric, clipped (total when unknown)."""
-    assert traj.reward is not None and traj.reward.total is not None
-    pos = sum(c.weight for c in traj.reward.criteria if c.weight > 0)
-    return min(max(traj.reward.total / pos, 0.0), 1.0) if pos > 0 else traj.reward.total
+    """The reward on [0, 1]: clip(total / Σ positive weights of its rubric, 0, 1), as the rubric's
+    ``normalized`` aggregation would give; the total itself when the rubric already normalizes,
+    or when no criterion was graded (an unanswered episode's 0)."""
+    r = traj.reward
+    assert r is not None and r.total is not None
+    pos = sum(c.weight for c in r.criteria if c.weight > 0)
+    if r.aggregation == "normalized" or pos <= 0:
+        return r.total
+    return min(max(r.total / pos, 0.0), 1.0)
 
 
 def judge_trajectories(trajs: list[Trajectory], settings: JudgeSettings, suite: Any) -> dict[str, float]:

@@ -47,6 +47,10 @@ def test_build_batch_drops_judge_errors_and_places_the_normalised_reward():
     )  # 1/2.5, clip(2.5/2.5)
     assert batch["token_level_scores"].sum().item() == pytest.approx(1.4)
     assert normalized_reward(keep[0]) == pytest.approx(0.4)
+    # A rubric that already normalizes is not divided again.
+    already = _traj(4, RewardBreakdown(total=0.4, criteria=crit, aggregation="normalized"))
+    assert normalized_reward(already) == pytest.approx(0.4)
+    assert normalized_reward(_traj(5, RewardBreakdown(total=0.0, error="no final answer"))) == 0.0
     _, raw, _ = build_batch(trajs, exp, normalize=False, pad_id=0, device=torch.device("cpu"))
     assert raw["token_level_scores"].sum().item() == pytest.approx(3.5)
 
