@@ -12,6 +12,7 @@ from agentrl.tokens.batch import block_causal_mask, collate, pack
 from agentrl.tokens.check import SegmentDiff
 from agentrl.tokens.expander import CheckMode, Expander
 from agentrl.tokens.logprobs import token_logprobs
+from agentrl.tokens.record import TokenTrajectory, token_trajectory
 from agentrl.tokens.selftest import TemplateReport
 from agentrl.tokens.template import ChatTemplate
 
@@ -25,9 +26,11 @@ __all__ = [
     "TemplateError",
     "TemplateReport",
     "TokenCheckError",
+    "TokenTrajectory",
     "TokenizedTrajectory",
     "block_causal_mask",
     "collate",
     "pack",
     "token_logprobs",
+    "token_trajectory",
 ]

@@ -18,6 +18,7 @@ def test_exported_members() -> None:
         "errors",
         "expander",
         "logprobs",
+        "record",
         "selftest",
         "template",
     }
