@@ -142,6 +142,9 @@ class TrainConfig(_Strict):
     device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     log_tensorboard: bool = Field(False, description="also log to TensorBoard (when installed)")
     log_wandb: bool = Field(False, description="also log to Weights & Biases (when installed)")
+    log_token_stats: bool = Field(
+        True, description="keep each update's per-token numbers in tokens/step_NNNNN.npz (for explain/report)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

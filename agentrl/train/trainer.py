@@ -42,6 +42,7 @@ from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import build_batch, judge_trajectories, normalized_reward
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
+from agentrl.train.token_log import collect_token_stats, write_token_stats
 from agentrl.train.update import (
     chunked_forward,
     compute_advantages,
@@ -272,6 +273,14 @@ class Trainer:
         with self.model.disable_adapter():  # peft: the base model is the reference
             return forward_logprobs(self.model, batch, temperature, pack=pack)[0]
 
+    def _log_tokens(self, step: int, ids: list[str], batch: dict[str, torch.Tensor]) -> None:
+        """Keep the per-token numbers of this update (``tokens/step_NNNNN.npz``, for explain/report)."""
+        merged: dict[str, Any] = {}
+        for part in all_gather_objects(collect_token_stats(ids, batch)):
+            merged.update(part)
+        if is_main():
+            write_token_stats(self.out / "tokens" / f"step_{step:05d}.npz", merged)
+
     def train_step(self) -> dict[str, float]:
         """Run one RL step (the ``self.step + 1``-th) and return its metrics."""
         cfg, r, a = self.cfg, self.cfg.rollout, self.cfg.algorithm
@@ -337,6 +346,8 @@ class Trainer:
                     lambda b: forward_values(self.critic, b, pack=pack), batch, budget, pack
                 )
             m.update(compute_advantages(batch, a, [t.task_id for t in keep], self.kl_ctrl))
+            if cfg.log_token_stats:
+                self._log_tokens(step, [t.id for t in keep], batch)
             t4 = time.perf_counter()
             m.update(
                 update_actor(self.model, self.opt, batch, a, temperature=r.temperature, norm=r.max_len,

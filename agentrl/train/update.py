@@ -168,6 +168,7 @@ def compute_advantages(
         adv, ret = gae(rewards, batch["values"], mask, cfg.gamma, cfg.lam)
         batch["returns"] = ret
         if cfg.whiten_advantages:
+            batch["raw_advantages"] = adv
             adv = _whiten(adv, mask)
     elif cfg.name == "grpo":
         adv = grpo_advantages(

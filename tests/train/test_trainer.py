@@ -65,6 +65,32 @@ def test_train_writes_metrics_trajectories_checkpoints_and_summary(tmp_path, alg
     assert (out / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
     assert summary["steps"] == 2 and "reward_gain" in summary
+    _check_token_stats(out, trajs, algo)
+
+
+def _check_token_stats(out, trajs, algo):
+    from transformers import AutoTokenizer
+
+    from agentrl.tokens import Expander
+    from agentrl.train.token_log import read_token_stats
+
+    stats = read_token_stats(out / "tokens" / "step_00001.npz")
+    expander = Expander(AutoTokenizer.from_pretrained(out / "tokenizer"), max_len=2048)
+    trained = [t for t in trajs if t.reward is not None and t.reward.status == "ok"]
+    assert set(stats) == {t.id for t in trained}
+    for t in trained:
+        row, entry = expander.expand(t), stats[t.id]
+        assert entry["positions"].tolist() == row.loss_mask.nonzero()[0].tolist()
+        n = len(entry["positions"])
+        assert all(len(v) == n for v in entry.values())
+        assert entry["token_level_scores"][-1] == pytest.approx(t.reward.total)  # normalized == total here
+        assert entry["token_level_scores"][:-1].tolist() == [0.0] * (n - 1)
+        if algo == "ppo":
+            assert {"values", "returns", "raw_advantages"} <= set(entry)
+            # returns = raw advantages + values (before whitening)
+            assert entry["returns"] == pytest.approx(entry["raw_advantages"] + entry["values"], abs=1e-5)
+        else:
+            assert len(set(entry["advantages"].tolist())) == 1  # GRPO: one advantage per trajectory
 
 
 def test_resume_continues_exactly(tmp_path):
