@@ -66,7 +66,7 @@ def _call_from_obj(obj: Any, raw: str, call_id: str) -> ParsedCall | ParseError:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply
             return ParseError(f'the "arguments" of {name!r} are not valid JSON: {e}', raw)
     if args is None:
         args = {}
@@ -81,7 +81,7 @@ def _parse_openai(message: Message) -> ParsedTurn:
         raw = call.function.arguments
         try:
             args = call.function.parsed_arguments()
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply
             turn.errors.append(
                 ParseError(f"the arguments of {call.function.name!r} are not valid JSON: {e}", raw)
             )
@@ -119,7 +119,7 @@ def parse_turn(action: str | Message | dict[str, Any], *, turn_index: int = 0) -
             raw = m.group(1).strip()
             try:
                 obj = json.loads(raw)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply
                 turn.errors.append(
                     ParseError(f"the text inside <tool_call> is not valid JSON: {e}", raw[:200])
                 )
