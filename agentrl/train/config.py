@@ -20,6 +20,7 @@ __all__ = [
     "OptimConfig",
     "RolloutConfig",
     "TrainConfig",
+    "VLLMSettings",
     "load_train_config",
 ]
 
@@ -63,6 +64,9 @@ class RolloutConfig(_Strict):
     max_new_tokens: int = Field(64, ge=1, description="tokens per assistant turn")
     max_len: int = Field(1024, ge=16, description="tokens per trajectory (prompt + turns + observations)")
     env_workers: int = Field(8, ge=1, description="threads stepping the envs of a batch of episodes")
+    engine: Literal["hf", "vllm"] = Field(
+        "hf", description="who samples: hf = the trainer's own model, vllm = a vLLM server (see the vllm block)"
+    )
 
 
 class JudgeSettings(_Strict):
@@ -123,12 +127,39 @@ class OptimConfig(_Strict):
     grad_clip: float = Field(1.0, gt=0, description="max gradient norm")
 
 
+class VLLMSettings(_Strict):
+    base_url: str = Field("http://127.0.0.1:8000", description="the vLLM server's root (or its /v1) URL")
+    served_model: str | None = Field(None, description="the server's --served-model-name; default: model.path")
+    api_key: str | None = Field(None, description="the server's --api-key, if it has one")
+    sync: Literal["lora", "full", "nccl", "none"] = Field(
+        "full",
+        description="weight sync after each update: lora = hot-swap the adapter, full = reload from sync_dir, "
+        "nccl = GPU broadcast, none = never",
+    )
+    sync_dir: str | None = Field(
+        None, description="dir shared with the server (full: the dir vllm serves); default: OUTPUT_DIR/vllm_sync"
+    )
+    lora_name: str = Field("agentrl-policy", description="prefix of the adapter names loaded into the server")
+    timeout_s: float = Field(300.0, gt=0, description="timeout of one generation request (seconds)")
+    sync_timeout_s: float = Field(600.0, gt=0, description="timeout of one weight-sync request (seconds)")
+    retries: int = Field(3, ge=0, description="retries of a generation request on transport errors, 429, 5xx")
+    concurrency: int = Field(64, ge=1, description="generation requests in flight at once")
+    logprobs_processed: bool = Field(
+        True,
+        description="the server runs with --logprobs-mode processed_logprobs; if not, logprobs sampled at "
+        "temperature ≠ 1 or top-p < 1 are dropped and recomputed by the trainer",
+    )
+    nccl_master_address: str = Field("127.0.0.1", description="sync nccl: address of the trainer (rank 0)")
+    nccl_master_port: int = Field(29555, ge=1, le=65535, description="sync nccl: port of the NCCL rendezvous")
+
+
 class TrainConfig(_Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    vllm: VLLMSettings = Field(default_factory=VLLMSettings, description="rollout.engine: vllm")
     steps: int = Field(20, ge=0, description="training steps (rollout → judge → expand → update)")
     sft_steps: int = Field(
         0, ge=0, description="supervised warm-start steps on oracle trajectories before RL"

@@ -290,7 +290,12 @@ class Trainer:
         jobs = self._jobs(step)
         while len(self.envs) < len(jobs):
             self.envs.append(ResearchEnv(self.env_config))
-        trajs = run_policy_episodes(
+        episodes = run_policy_episodes
+        if r.engine == "vllm":
+            from agentrl.train.vllm_episodes import vllm_engine
+
+            episodes = vllm_engine(self).run_policy_episodes
+        trajs = episodes(
             self.model, self.tokenizer, self.expander, self.envs, jobs,
             max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=r.temperature, top_p=r.top_p,
             stop_ids=self.stop_ids, pad_id=self.pad_id, executor=self.pool,
@@ -359,6 +364,10 @@ class Trainer:
                                   grad_clip=cfg.optim.grad_clip, generator=gen)
                 )  # fmt: skip
             self.sched.step()
+            if r.engine == "vllm":  # rank 0 pushes the new weights; every rank waits for it
+                from agentrl.train.vllm_episodes import vllm_engine
+
+                vllm_engine(self).sync(self.model, step)
             m["actor/lr"] = self.sched.get_last_lr()[0]
             m["response_length/mean"] = masked_mean(mask.sum(-1).float(), torch.ones_like(mask[:, 0])).item()
             m["prompt_length/mean"] = batch["prompt_len"].float().mean().item()
