@@ -324,6 +324,22 @@ def _validate(data: Any, source: str, marks: dict[Path_, tuple[int, int]]) -> Ru
         raise RubricError(f"{_locate(path, marks, source)}: {_fmt_path(path)}: {msg}") from None
 
 
+class _Loader(yaml.SafeLoader):
+    """The safe loader, except that a value its constructors cannot build is a YAML error at its node.
+
+    PyYAML's safe constructors raise plain ``ValueError``/``KeyError``/... for ``2020-02-31``,
+    ``!!int abc``, ``!!bool maybe``, an empty ``!!float`` or a 5,000-digit integer.
+    """
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, LookupError, AttributeError, ArithmeticError) as e:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read the value {node.value!r:.60}: {e}", node.start_mark
+            ) from None
+
+
 def parse_rubric(data: dict[str, Any] | str, source: str = "<inline>") -> Rubric:
     """Validate a rubric given as a dict (e.g. inline in a task file) or as YAML text.
 
@@ -339,11 +355,14 @@ def parse_rubric(data: dict[str, Any] | str, source: str = "<inline>") -> Rubric
         if node is None:
             raise RubricError(f"{source}: the rubric is empty")
         marks = _positions(node, source)
-        loaded = yaml.safe_load(data)
+        loaded = yaml.load(data, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         raise RubricError(f"{where}: not valid YAML: {e.problem or e.context}") from None
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow: no mark, but a position
+        line, col = data.count("\n", 0, e.position) + 1, e.position - data.rfind("\n", 0, e.position)
+        raise RubricError(f"{source}:{line}:{col}: not valid YAML: {e.reason} (#x{e.character:04x})") from None
     except yaml.YAMLError as e:
         raise RubricError(f"{source}: not valid YAML: {e}") from None
     except RecursionError:
@@ -358,6 +377,9 @@ def load_rubric(path: str | os.PathLike[str]) -> Rubric:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RubricError(f"{p}: no such rubric file") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        line = e.object[: e.start].count(b"\n") + 1
+        raise RubricError(f"{p}:{line}: not UTF-8 text: {e.reason} (byte {e.start})") from None
+    except OSError as e:
         raise RubricError(f"{p}: cannot read the rubric: {e}") from None
     return parse_rubric(text, source=str(p))
