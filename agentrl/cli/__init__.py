@@ -18,7 +18,7 @@ from agentrl import __version__
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: Modules under ``agentrl.cli`` that each register one or more sub-commands, in ``--help`` order.
-COMMANDS: tuple[str, ...] = ("train", "rollout", "judge", "rubric", "sandbox", "explain")
+COMMANDS: tuple[str, ...] = ("train", "rollout", "judge", "rubric", "sandbox", "explain", "replay", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,15 @@
-"""``agentrl explain``: print, token by token, what the rewards, values, advantages and returns were."""
+"""``agentrl explain``: print, token by token, what the rewards, values, advantages and returns were.
+
+Two forms: ``--arrays FILE.json`` (one response given as plain arrays) and ``TRAJ.jsonl --index I``
+(a stored trajectory: its turns, then its policy tokens with the numbers the update used, rebuilt
+by ``agentrl.replay`` or read from a training run with ``--run``).
+"""
 
 from __future__ import annotations
 
 import argparse
+
+__all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -12,10 +19,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Recompute and print the per-token RL quantities of one response. --arrays FILE.json holds "
             "tokens, response_mask, values, either token_level_rewards or token_level_scores with kl "
-            "and beta, and gamma, lam (see examples/one_plus_one.json)."
+            "and beta, and gamma, lam (see examples/one_plus_one.json). TRAJ.jsonl --index I explains a "
+            "stored trajectory: its turns, then its policy tokens with masked spans as one line each, the "
+            "reward's token marked and the advantages summed per turn (see docs/replay.md)."
         ),
     )
-    p.add_argument("--arrays", required=True, metavar="FILE.json", help="per-token arrays of one response")
+    p.add_argument("trajectories", nargs="?", metavar="TRAJ.jsonl", help="stored trajectories")
+    p.add_argument("--arrays", metavar="FILE.json", help="per-token arrays of one response")
+    p.add_argument(
+        "--index", type=int, default=0, metavar="I", help="which trajectory of the file (default 0)"
+    )
+    p.add_argument(
+        "--run", metavar="RUN_DIR", help="a training run: its tokenizer, config and stored numbers"
+    )
+    p.add_argument("--critic", metavar="PATH", help="a PPO checkpoint whose critic gives the values")
+    p.add_argument(
+        "--tokenizer", metavar="T", help="a local tokenizer directory (default: RUN_DIR/tokenizer)"
+    )
+    p.add_argument(
+        "--algorithm",
+        choices=("ppo", "grpo", "rloo", "reinforce_pp"),
+        help="advantage estimator (default: the run's, else ppo with --critic, else grpo)",
+    )
+    p.add_argument("--gamma", type=float, metavar="G", help="discount γ (default: the run's, else 1)")
+    p.add_argument("--lam", type=float, metavar="L", help="GAE λ (default: the run's, else 0.95)")
+    p.add_argument("--max-len", type=int, metavar="N", help="the expander's max_len (default: the run's)")
     p.add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default: table)"
     )
@@ -24,8 +52,101 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agentrl.explain import explain_arrays, format_json, format_table, load_arrays
+    from agentrl.errors import ConfigError
 
-    ex = explain_arrays(load_arrays(args.arrays))
-    print(format_json(ex) if args.format == "json" else format_table(ex, decimals=args.decimals))
+    if args.arrays and args.trajectories:
+        raise ConfigError("give either --arrays FILE.json or TRAJ.jsonl, not both")
+    if args.arrays:
+        from agentrl.explain import explain_arrays, format_json, format_table, load_arrays
+
+        ex = explain_arrays(load_arrays(args.arrays))
+        print(format_json(ex) if args.format == "json" else format_table(ex, decimals=args.decimals))
+        return 0
+    if not args.trajectories:
+        raise ConfigError("give TRAJ.jsonl (with --index I) or --arrays FILE.json")
+    ex = _explain_stored(args)
+    from agentrl.explain import format_trajectory, format_trajectory_json
+
+    print(
+        format_trajectory_json(ex) if args.format == "json" else format_trajectory(ex, decimals=args.decimals)
+    )
     return 0
+
+
+def _explain_stored(args: argparse.Namespace):
+    from agentrl.explain import explain_trajectory
+    from agentrl.replay import (
+        RunDir,
+        load_critic,
+        load_tokenizer,
+        load_trajectories,
+        pick,
+        rebuild_batch,
+        resolve_settings,
+        row_numbers,
+        step_of,
+    )
+
+    trajs, notes = load_trajectories(args.trajectories)
+    traj = pick(trajs, args.index, args.trajectories, notes)
+    index = args.index % len(trajs)
+    run = RunDir(args.run) if args.run else None
+    tokenizer = load_tokenizer(args.tokenizer, args.run)
+    settings = resolve_settings(
+        run.config() if run else None,
+        algorithm=args.algorithm or ("ppo" if args.critic and not run else None),
+        gamma=args.gamma,
+        lam=args.lam,
+        max_len=args.max_len,
+    )
+    a = settings.algorithm
+    notes = notes + settings.notes
+    common = {"index": index, "algorithm": a.name, "gamma": a.gamma, "lam": a.lam}
+    r = traj.reward
+    if tokenizer is None:
+        notes.append("no token table: pass --tokenizer T or --run RUN_DIR")
+        return explain_trajectory(traj, notes=notes, **common)
+    if r is None or r.status != "ok" or r.total is None:
+        why = "it has no reward" if r is None else f"its reward is {r.status}"
+        notes.append(f"not trained: {why} (training leaves it out), so it has no token numbers")
+        return explain_trajectory(traj, notes=notes, **common)
+    from agentrl.tokens import Expander
+
+    expander = Expander(tokenizer, max_len=settings.max_len)
+    step = step_of(traj, args.trajectories) if run else None
+    stats = run.token_stats(step) if run and step is not None else None
+    if run and stats is None:
+        notes.append(f"the run kept no token numbers for step {step}; recomputed")
+    critic = load_critic(args.critic) if args.critic else None
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    rebuilt = rebuild_batch(trajs, expander, settings, stored=stats, critic=critic, pad_id=pad)
+    if index not in rebuilt.index:
+        notes.append("not trained: no policy token (training leaves it out)")
+        return explain_trajectory(traj, notes=notes, **common)
+    pos = rebuilt.index.index(index)
+    row = expander.expand(traj)
+    entry = stats.get(traj.id) if stats is not None and critic is None else None
+    if stats is not None and critic is None and entry is None:
+        notes.append(f"the run kept no numbers for {traj.id!r} at step {step}; recomputed")
+    numbers, gap = row_numbers(rebuilt, pos, len(row), entry)
+    source = "recomputed by replay"
+    values_from = {"stored": "stored run", "critic": f"critic {args.critic}", "zero": "zero"}[
+        rebuilt.values_from
+    ]
+    if entry is not None:
+        source = f"stored run {args.run} (step {step})"
+        values_from = "stored run" if "values" in entry else values_from
+        if gap is not None:
+            notes.append(f"rebuilt advantages match the stored ones to {gap:.2g}")
+    if a.name != "ppo":
+        values_from = "none (advantages are group-relative)"
+    return explain_trajectory(
+        traj,
+        row=row,
+        tokenizer=tokenizer,
+        numbers=numbers,
+        values_from=values_from,
+        source=source,
+        notes=notes,
+        **common,
+    )

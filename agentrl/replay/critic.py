@@ -1,0 +1,70 @@
+"""A critic rebuilt from a trainer checkpoint, to give stored trajectories their values V(s_t)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import ConfigError
+
+__all__ = ["load_critic"]
+
+
+def _state_file(path: Path) -> Path:
+    """``state.pt`` itself, a ``step_NNNNN`` checkpoint dir, a ``checkpoints/`` dir or a run dir
+    (their latest checkpoint)."""
+    if path.is_file():
+        return path
+    if (path / "state.pt").is_file():
+        return path / "state.pt"
+    for d in (path, path / "checkpoints"):
+        found = sorted(p for p in d.glob("step_*") if (p / "state.pt").is_file())
+        if found:
+            return found[-1] / "state.pt"
+    raise ConfigError(f"--critic {path}: no checkpoint (state.pt) there")
+
+
+def load_critic(path: str | Path) -> Any:
+    """The ``ValueModel`` of a PPO checkpoint (``agentrl.train.checkpoint``), in eval mode on the CPU.
+
+    The architecture is rebuilt from the checkpoint's ``config.model`` (a ``tiny:`` spec, or a local
+    model directory read with ``local_files_only``) and the vocabulary size from its weights; then
+    the ``critic`` state dict is loaded strictly. Raises ``ConfigError`` for a checkpoint without a
+    critic (a GRPO run) or a model that cannot be rebuilt offline.
+    """
+    import torch
+
+    from agentrl.train.models import ValueModel, build_tiny_model
+
+    file = _state_file(Path(path))
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as e:  # a truncated or foreign file
+        raise ConfigError(f"--critic {file}: not a checkpoint: {e}") from None
+    if not isinstance(state, dict) or "critic" not in state:
+        raise ConfigError(f"--critic {file}: the checkpoint has no critic (was the run PPO?)")
+    sd: dict[str, torch.Tensor] = state["critic"]
+    model_cfg = (state.get("config") or {}).get("model") or {}
+    spec = str(model_cfg.get("path", "tiny:"))
+    shared = model_cfg.get("critic_backbone") == "shared"
+    if int(model_cfg.get("lora_rank") or 0) > 0 and shared:
+        raise ConfigError(f"--critic {file}: a critic shared with a LoRA policy cannot be rebuilt")
+    embed = next((v for k, v in sd.items() if k.endswith("embed_tokens.weight")), None)
+    if spec.startswith("tiny:"):
+        if embed is None:
+            raise ConfigError(f"--critic {file}: no embedding in the critic's weights")
+        policy = build_tiny_model(int(embed.shape[0]), spec)
+    else:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        try:
+            config = AutoConfig.from_pretrained(spec, local_files_only=True)
+        except OSError as e:
+            raise ConfigError(f"--critic: cannot read the model config of {spec!r} offline: {e}") from None
+        policy = AutoModelForCausalLM.from_config(config)
+    critic = ValueModel.from_policy(policy, shared=shared)
+    try:
+        critic.load_state_dict(sd)
+    except RuntimeError as e:
+        raise ConfigError(f"--critic {file}: weights do not fit the rebuilt critic: {str(e)[:300]}") from None
+    return critic.eval()
