@@ -43,7 +43,10 @@ class FunctionCall(BaseModel):
 
     def parsed_arguments(self) -> Any:
         """The arguments decoded from JSON; raises ``ValueError`` when they are not valid JSON."""
-        return json.loads(self.arguments) if self.arguments.strip() else {}
+        try:
+            return json.loads(self.arguments) if self.arguments.strip() else {}
+        except RecursionError:  # nested too deeply for json: as invalid as a syntax error
+            raise ValueError("the arguments are nested too deeply") from None
 
 
 class ToolCall(BaseModel):

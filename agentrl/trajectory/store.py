@@ -35,7 +35,7 @@ def _parse(line: bytes, path: Path, lineno: int) -> Trajectory:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "<root>"
         raise TrajectoryFormatError(f"{path}:{lineno}: {loc}: {err['msg']}") from None
-    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; nesting too deep
         raise TrajectoryFormatError(f"{path}:{lineno}: not a valid trajectory line: {e}") from None
 
 
