@@ -1,0 +1,100 @@
+"""``AgentSettings``: what every adapter needs from us, whichever engine's config carries it.
+
+The env (an ``env.yaml`` mapping: suite, backends, budgets), the judge (a ``JudgeConfig`` mapping,
+needed only for rubrics with LLM criteria), the per-turn token limit and the chat-template options.
+verl passes it as the ``agentrl:`` block of its agent-loop YAML, TRL and SkyRL as a dict or path.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentrl.env import ResearchEnv
+from agentrl.errors import ConfigError
+from agentrl.tokens import Expander
+
+__all__ = ["AgentSettings", "expander_for", "load_settings"]
+
+
+class AgentSettings(BaseModel):
+    """Our side of an engine integration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: dict[str, Any] = Field(default_factory=dict)
+    """The ``ResearchEnv`` config (``env.yaml`` keys: ``suite``, ``search``, ``fetch``, ``budgets`` ...)."""
+    judge: dict[str, Any] | None = None
+    """A ``JudgeConfig`` mapping (``model``, ``api_base`` ...) for rubrics with LLM criteria; None
+    leaves such answers unscored (excluded from training), never scored 0."""
+    max_new_tokens: int = Field(1024, ge=1)
+    """Token limit of one assistant turn (the engine's own response budget caps the episode)."""
+    template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Options for every chat-template render, e.g. ``{enable_thinking: false}``."""
+
+    def make_env(self) -> ResearchEnv:
+        """A fresh env (backends and indexes are shared per process, so this is cheap)."""
+        return ResearchEnv(self.env)
+
+    def make_judge(self) -> Any | None:
+        """Our ``Judge`` when a judge model is configured, else None."""
+        if not self.judge:
+            return None
+        from agentrl.judge import Judge, JudgeConfig
+
+        try:
+            return Judge(JudgeConfig.model_validate(self.judge))
+        except ValidationError as e:
+            raise ConfigError(
+                f"agentrl judge settings: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}"
+            ) from e
+
+
+def load_settings(
+    data: AgentSettings | dict[str, Any] | str | Path | None, source: str = "<settings>"
+) -> AgentSettings:
+    """Validate settings from a mapping (an OmegaConf node works once converted), a YAML path or
+    None (defaults: the embedded sandbox). Raises ``ConfigError`` naming the field."""
+    if isinstance(data, AgentSettings):
+        return data
+    if isinstance(data, str | Path):
+        source = str(data)
+        try:
+            data = yaml.safe_load(Path(data).read_text(encoding="utf-8")) or {}
+        except OSError as e:
+            raise ConfigError(f"{source}: cannot read agentrl settings: {e}") from e
+    if data is not None and not isinstance(data, dict):
+        try:  # an OmegaConf DictConfig (verl, SkyRL) without importing omegaconf here
+            from omegaconf import OmegaConf
+
+            data = OmegaConf.to_container(data, resolve=True)
+        except Exception as e:
+            raise ConfigError(
+                f"{source}: agentrl settings must be a mapping, got {type(data).__name__}"
+            ) from e
+    try:
+        return AgentSettings.model_validate(data or {})
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{source}: agentrl.{where}: {err['msg']}") from None
+
+
+_EXPANDERS: dict[tuple[int, str], Expander] = {}
+_LOCK = threading.Lock()
+
+
+def expander_for(tokenizer: Any, **template_kwargs: Any) -> Expander:
+    """One ``Expander`` per (tokenizer, template options) per process: construction runs the
+    template self-test, and an engine builds one agent loop per sample."""
+    key = (id(tokenizer), repr(sorted(template_kwargs.items())))
+    with _LOCK:
+        exp = _EXPANDERS.get(key)
+        if exp is None or exp.tokenizer is not tokenizer:
+            exp = Expander(tokenizer, **template_kwargs)
+            _EXPANDERS[key] = exp
+        return exp

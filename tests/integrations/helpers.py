@@ -1,0 +1,71 @@
+"""A token-in-token-out engine that plays our scripted oracle, and the expected mapping of an episode.
+
+The engine sees only prompt ids: it decodes them, finds the task by its prompt text and the turn by
+the number of assistant headers, and answers with the oracle's turn as token ids (stop token last)
+and distinct fake log-probabilities. Every prompt it was fed is kept, so tests can check that the
+rollout context was a prefix of the training row (token-in-token-out).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agentrl.env import ResearchEnv
+from agentrl.env.suite import Task
+from agentrl.integrations.episode import Generation
+from agentrl.policy import OraclePolicy
+from agentrl.policy.base import EpisodeContext
+from agentrl.tokens import Expander, token_trajectory
+from agentrl.trajectory import Message, Trajectory
+from tests.tokens.fixtures import make_tokenizer_cached
+
+ENV_CONFIG = {"search_k": 2, "page_chars": 300}
+
+
+@functools.cache
+def tokenizer():  # type: ignore[no-untyped-def]
+    return make_tokenizer_cached("chatml")
+
+
+@functools.cache
+def tasks(n: int = 3) -> tuple[Task, ...]:
+    return tuple(ResearchEnv(ENV_CONFIG).suite.tasks[:n])
+
+
+@dataclass
+class OracleEngine:
+    """``await engine.generate(prompt_ids, max_tokens)`` → ``Generation``; ``noise`` as in ``OraclePolicy``."""
+
+    tasks: Sequence[Task]
+    noise: float = 0.0
+    seed: int = 0
+    prompts: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.tok = tokenizer()
+        self.stop = int(self.tok.convert_tokens_to_ids("<|im_end|>"))
+        self.policy = OraclePolicy(noise=self.noise)
+
+    async def generate(self, prompt_ids: list[int], max_tokens: int) -> Generation:
+        self.prompts.append(list(prompt_ids))
+        text = self.tok.decode(prompt_ids, skip_special_tokens=False)
+        task = next(t for t in self.tasks if t.prompt in text)
+        turn = text.count("<|im_start|>assistant") - 1
+        ctx = EpisodeContext(task_id=task.id, date=task.date, seed=self.seed, ground_truth=task.ground_truth)
+        msg = await self.policy.act([Message(role="assistant", content="")] * turn, ctx)
+        ids = [*self.tok.encode(msg.text, add_special_tokens=False), self.stop]
+        logprobs = [-0.01 * (i + 1) - 0.1 * turn for i in range(len(ids))]
+        if len(ids) > max_tokens:
+            return Generation(ids[:max_tokens], logprobs[:max_tokens], "length")
+        return Generation(ids, logprobs, "stop")
+
+
+def expected(trajectory: Trajectory):  # type: ignore[no-untyped-def]
+    """What an adapter must hand over for ``trajectory``: a fresh expander's row, split at the first
+    generated token and cut after the last policy token."""
+    row = Expander(tokenizer()).expand(trajectory)
+    rec = token_trajectory(row, trajectory)
+    last = max(i for i, m in enumerate(rec.loss_mask) if m) + 1
+    return row, rec, last
