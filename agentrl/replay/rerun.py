@@ -50,7 +50,7 @@ def _compare(old: Trajectory, new: Trajectory) -> tuple[bool, str | None]:
     a, b = _tool_texts(old), _tool_texts(new)
     for k, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
-            return False, f"observation {k + 1} differs: stored {x[:60]!r}, re-run {y[:60]!r}"
+            return False, f"observation {k + 1} differs: stored {x[:100]!r}, re-run {y[:100]!r}"
     if len(a) != len(b):
         return False, f"{len(a)} observations stored, {len(b)} in the re-run"
     return True, None
