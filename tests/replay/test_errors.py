@@ -15,10 +15,8 @@ def _fails(capsys, *argv):
 def _torn(tmp_path, recorded, where):
     lines = recorded[0].read_text().splitlines(keepends=True)
     cut = lines[1][: len(lines[1]) // 2]
-    if where == "middle":
-        text = lines[0] + cut + "\n" + "".join(lines[2:])
-    else:
-        text = "".join(lines[:3]) + cut  # a crash mid-write: no newline
+    # In the middle: a bad line. At the end, without its newline: a crash mid-write.
+    text = lines[0] + cut + "\n" + "".join(lines[2:]) if where == "middle" else "".join(lines[:3]) + cut
     path = tmp_path / f"torn-{where}.jsonl"
     path.write_text(text)
     return path

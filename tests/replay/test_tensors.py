@@ -59,7 +59,7 @@ def test_tensors_equal_the_training_batch_and_are_byte_identical(
     assert a.read_bytes() == b.read_bytes()
     assert hashlib.sha256(a.read_bytes()).hexdigest() in out
     got = torch.load(a)
-    keep, want = _training_batch(traj, cfg)
+    _, want = _training_batch(traj, cfg)
     assert got["trajectory_index"].tolist() == [0, 1, 4, 5]  # the LLM-rubric task is unscored: left out
     assert set(got) == set(want) | {"trajectory_index"}
     for k, v in want.items():
