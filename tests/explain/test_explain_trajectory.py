@@ -125,7 +125,7 @@ def test_values_from_a_critic_checkpoint(data, tmp_path, capsys):
         _explain(capsys, traj, "--index", 0, "--tokenizer", tok_dir, "--critic", tmp_path, "--format", "json")
     )
     assert ex["algorithm"] == "ppo" and ex["values_from"].startswith("critic") and ex["whitened"]
-    _, keep, batch = _batch(traj)
+    _, _, batch = _batch(traj)
     with torch.no_grad():
         want = forward_values(critic.eval(), batch)[0]  # row 0 is trajectory 0
     got = {d["t"]: d for d in ex["tokens"]}
