@@ -1,0 +1,227 @@
+"""TRL: a ``rollout_func`` for ``GRPOTrainer`` that runs our env and expander, and our judge as an
+async reward function.
+
+    from agentrl.integrations.trl import make_reward_func, make_rollout_func
+    trainer = GRPOTrainer(model=..., reward_funcs=[make_reward_func(settings)],
+                          rollout_func=make_rollout_func(settings), train_dataset=...)
+
+The rollout function runs one episode per prompt it is given, all of them turn by turn in lock-step:
+each turn, the prompts of the live episodes go to the engine in one batch (by default the trainer's
+own token-in-token-out ``_generate_single_turn``: vLLM when ``use_vllm``, else transformers). It
+returns prompt ids, completion ids, logprobs and ``env_mask`` (1 on policy tokens) exactly as our
+expander lays them out, plus ``agentrl_trajectory`` for the reward function. The reward function
+returns the env's rubric score, asks our LLM judge for answers the env could not score, and
+returns None for judge errors (TRL then gives that completion no advantage).
+
+Checked against TRL 1.16 (``rollout_func`` and ``env_mask`` are experimental there). This module
+imports no TRL: the contract is a plain callable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import ConfigError
+from agentrl.integrations.episode import Episode, Generation, run_episode
+from agentrl.integrations.mapping import trl_rollout_fields
+from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
+from agentrl.trajectory import Trajectory
+
+__all__ = ["BatchGenerate", "make_reward_func", "make_rollout_func", "trainer_generate_batch"]
+
+# ``generate_batch(prompts [B][P_b], max_tokens [B])`` → B ``Generation``s (may be async).
+BatchGenerate = Callable[[list[list[int]], list[int]], Any]
+
+
+def _run(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, also when the caller is inside an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class _TurnBatcher:
+    """Gathers one generate request from every live episode, then makes one batched engine call."""
+
+    def __init__(self, generate_batch: BatchGenerate, live: int) -> None:
+        self.generate_batch = generate_batch
+        self.live = live
+        self.pending: list[tuple[list[int], int, asyncio.Future[Generation]]] = []
+        self.calls = 0
+
+    async def generate(self, prompt: list[int], max_tokens: int) -> Generation:
+        fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        self.pending.append((prompt, max_tokens, fut))
+        if len(self.pending) >= self.live:
+            await self._flush()
+        return await fut
+
+    async def done(self) -> None:
+        self.live -= 1
+        if self.pending and len(self.pending) >= self.live:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        batch, self.pending = self.pending, []
+        self.calls += 1
+        try:
+            outs = self.generate_batch([p for p, _, _ in batch], [m for _, m, _ in batch])
+            if inspect.isawaitable(outs):
+                outs = await outs
+            if len(outs) != len(batch):
+                raise RuntimeError(f"the engine returned {len(outs)} generations for {len(batch)} prompts")
+        except BaseException as e:
+            for _, _, fut in batch:
+                fut.set_exception(e)
+            return
+        for (_, _, fut), gen in zip(batch, outs, strict=True):
+            fut.set_result(gen)
+
+
+def trainer_generate_batch(trainer: Any, stop_ids: frozenset[int]) -> BatchGenerate:
+    """The trainer's own single-turn token-in-token-out generation as a ``BatchGenerate``: one
+    completion per prompt, cut at ``max_tokens``; ``finish_reason`` is ``stop`` when the last id is
+    a stop token. Logprobs are None when the trainer's backend gives none (plain transformers)."""
+
+    def generate(prompts: list[list[int]], max_tokens: list[int]) -> list[Generation]:
+        completion_ids, logprobs = trainer._generate_single_turn(prompts, None, {}, 1)
+        out = []
+        for k, ids in enumerate(completion_ids):
+            ids = list(ids)[: max_tokens[k]]
+            lps = None if logprobs is None else [float(x) for x in logprobs[k]][: len(ids)]
+            out.append(Generation(ids, lps, "stop" if ids and ids[-1] in stop_ids else "length"))
+        return out
+
+    return generate
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
+    if not users:
+        raise ConfigError(
+            "a TRL prompt has no user message; build the dataset with agentrl.integrations.task_data"
+        )
+    return users[0] if isinstance(users[0], str) else str(users[0])
+
+
+def make_rollout_func(
+    settings: AgentSettings | dict[str, Any] | str | Path | None = None,
+    *,
+    generate_batch: BatchGenerate | None = None,
+    tokenizer: Any = None,
+    max_completion_tokens: int = 8192,
+    seed: int = 0,
+) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
+    """A ``rollout_func(prompts, trainer)`` for ``GRPOTrainer``.
+
+    ``prompts``: the conversational prompts TRL hands over (one episode each; TRL's sampler already
+    repeats a prompt ``num_generations`` times); each is matched to its task by the user message.
+    ``generate_batch`` overrides the engine (default: ``trainer_generate_batch``); ``tokenizer``
+    defaults to ``trainer.processing_class``. ``max_completion_tokens`` caps one episode's
+    completion. Returns ``mapping.trl_rollout_fields`` of the episodes, in prompt order.
+    """
+    cfg = load_settings(settings, source="TRL rollout settings")
+    env0 = cfg.make_env()
+    by_prompt: dict[str, str] = {}
+    for t in env0.suite.tasks:
+        by_prompt.setdefault(t.prompt, t.id)
+    calls = {"n": 0}
+
+    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        tok = tokenizer if tokenizer is not None else getattr(trainer, "processing_class", None)
+        tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
+        if tok is None:
+            raise ConfigError("make_rollout_func: no tokenizer (pass tokenizer= or use it from a trainer)")
+        exp = expander_for(tok, **cfg.template_kwargs)
+        engine = generate_batch or trainer_generate_batch(trainer, exp.stop_ids)
+        task_ids = []
+        for p in prompts:
+            text = _prompt_text(p)
+            if text not in by_prompt:
+                raise ConfigError(f"no task of suite {env0.suite.root} has the prompt {text[:80]!r}")
+            task_ids.append(by_prompt[text])
+        call = calls["n"]
+        calls["n"] += 1
+        episodes = _run(_rollout(cfg, exp, engine, task_ids, seed, call, max_completion_tokens))
+        return trl_rollout_fields(episodes)
+
+    return rollout_func
+
+
+async def _rollout(
+    cfg: AgentSettings,
+    exp: Any,
+    engine: BatchGenerate,
+    task_ids: Sequence[str],
+    seed: int,
+    call: int,
+    max_completion_tokens: int,
+) -> list[Episode]:
+    batcher = _TurnBatcher(engine, len(task_ids))
+
+    async def one(k: int, task_id: str) -> Episode:
+        digest = hashlib.sha256(f"{seed}:{call}:{k}:{task_id}".encode()).digest()
+        try:
+            return await run_episode(
+                cfg.make_env(),
+                exp,
+                batcher.generate,
+                task=task_id,
+                seed=int.from_bytes(digest[:4], "big"),
+                episode_id=f"{task_id}#{call}.{k}",
+                max_new_tokens=cfg.max_new_tokens,
+                max_completion_tokens=max_completion_tokens,
+                judge=None,  # the LLM judge runs in the reward function
+            )
+        finally:
+            await batcher.done()
+
+    return list(await asyncio.gather(*(one(k, t) for k, t in enumerate(task_ids))))
+
+
+def make_reward_func(
+    settings: AgentSettings | dict[str, Any] | str | Path | None = None,
+) -> Callable[..., Any]:
+    """An async TRL reward function named ``agentrl_reward``: for each completion, the env's rubric
+    score, or our LLM judge's (``settings.judge``) when the env could not score the answer; None for
+    a judge error or an answer no judge was configured for (TRL excludes it from the baseline)."""
+    cfg = load_settings(settings, source="TRL reward settings")
+    judge = cfg.make_judge()
+
+    async def agentrl_reward(
+        prompts: list[Any], completions: list[Any], agentrl_trajectory: list[str], **kwargs: Any
+    ) -> list[float | None]:
+        from agentrl.integrations.episode import judge_if_needed
+
+        trajs = [Trajectory.model_validate_json(s) for s in agentrl_trajectory]
+        await asyncio.gather(*(judge_if_needed(t, judge) for t in trajs))
+        out: list[float | None] = []
+        for t in trajs:
+            r = t.reward
+            out.append(float(r.total) if r is not None and r.status == "ok" and r.total is not None else None)
+        return out
+
+    return agentrl_reward
