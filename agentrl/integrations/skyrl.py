@@ -1,0 +1,186 @@
+"""SkyRL: our env as a skyrl-gym env, and a generator that keeps our token layout and per-token scores.
+
+- ``ResearchTextEnv`` (a skyrl-gym ``BaseTextEnv``; ``register_env()`` registers it as
+  ``agentrl-deep-research``): text in, tool messages out, for SkyRL's stock generator. The episode
+  reward is our rubric score (with ``judge: inline`` in the env config, our LLM judge scores answers
+  that need it).
+- ``ResearchGenerator``: SkyRL's generator contract (``async generate(GeneratorInput) ->
+  GeneratorOutput``) run by our episode loop: each turn is fed the expander's generation prompt
+  through the inference client's ``generate(prompt_token_ids=...)`` (token in, token out), and the
+  output carries our masks, logprobs and per-token rewards (``token_level_scores``), so nothing is
+  re-tokenized from chat history. Use it from a ``BasePPOExp.get_generator`` override
+  (``examples/skyrl/main_agentrl.py``).
+
+skyrl-gym (``agentrl[skyrl]``) is imported here; skyrl-train is not needed to build either class
+(the generator is registered as a virtual subclass of its ``GeneratorInterface`` when installed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+try:
+    import skyrl_gym
+    from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("agentrl.integrations.skyrl needs skyrl-gym (pip install 'agentrl[skyrl]')") from e
+
+from agentrl.errors import ConfigError
+from agentrl.integrations.episode import Episode, Generation, run_episode
+from agentrl.integrations.mapping import skyrl_generator_output
+from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
+
+__all__ = ["ENV_ID", "ResearchGenerator", "ResearchTextEnv", "register_env"]
+
+ENV_ID = "agentrl-deep-research"
+
+
+def _task_id(extras: dict[str, Any] | None) -> str | None:
+    extras = extras or {}
+    found = extras.get("task_id") or (extras.get("extra_info") or {}).get("task_id")
+    return None if found is None else str(found)
+
+
+class ResearchTextEnv(BaseTextEnv):
+    """Our ``ResearchEnv`` behind skyrl-gym's text API.
+
+    ``env_config``: ``AgentSettings`` (a mapping with ``env``, ...; an OmegaConf node works);
+    ``extras``: the dataset row's fields, with ``task_id`` (and optionally ``seed``).
+    ``step(action)`` returns the tool results as ``role: tool`` messages.
+    """
+
+    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.settings = load_settings(env_config, source="skyrl env_config")
+        self.task_id = _task_id(extras)
+        if self.task_id is None:
+            raise ConfigError(
+                "skyrl env_extras has no task_id; build the dataset with agentrl.integrations.task_data"
+            )
+        self.seed = int((extras or {}).get("seed", 0))
+        self.env = self.settings.make_env()
+        self.max_turns = self.env.config.budgets.max_turns
+
+    def init(self, prompt: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Start the episode; the prompt is the env's own (system prompt with the task's date, task)."""
+        self.env.reset(seed=self.seed, options={"task": self.task_id})
+        return [{"role": m.role, "content": m.text} for m in self.env.messages], {"task_id": self.task_id}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """One assistant turn (text) → tool messages, reward (the rubric score when it answers), done."""
+        self.turns += 1
+        _, reward, terminated, truncated, info = self.env.step(action)
+        observations = [
+            {"role": "tool", "content": m.get("content") or "", "tool_call_id": m.get("tool_call_id") or ""}
+            for m in info["messages"]
+        ]
+        done = bool(terminated or truncated)
+        metadata = {
+            k: info[k] for k in ("turn", "tool_calls", "format_errors", "truncated_reason") if k in info
+        }
+        return BaseTextEnvStepOutput(
+            observations=observations, reward=float(reward), done=done, metadata=metadata
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Env counters of the episode (tool calls, format errors, ...)."""
+        return dict(getattr(self.env, "counts", {}))
+
+
+def register_env(env_id: str = ENV_ID) -> str:
+    """Register ``ResearchTextEnv`` with skyrl-gym under ``env_id`` (once per process)."""
+    if env_id not in skyrl_gym.registry:
+        skyrl_gym.register(id=env_id, entry_point=f"{__name__}:ResearchTextEnv")
+    return env_id
+
+
+class ResearchGenerator:
+    """SkyRL generator: our episode loop with SkyRL's inference client as the engine.
+
+    ``inference_engine_client``: anything with SkyRL's ``async generate(InferenceEngineInput)``;
+    ``tokenizer``: the policy's; ``settings``: ``AgentSettings``; ``max_completion_tokens`` caps one
+    episode's response (SkyRL's ``max_generate_length``-style budget); ``sampling_params`` are used
+    when the batch brings none; ``model`` is passed to ``generate`` when set (newer clients).
+    """
+
+    def __init__(
+        self,
+        inference_engine_client: Any,
+        tokenizer: Any,
+        settings: AgentSettings | dict[str, Any] | str | Path | None = None,
+        *,
+        max_completion_tokens: int = 8192,
+        sampling_params: dict[str, Any] | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.client = inference_engine_client
+        self.settings = load_settings(settings, source="skyrl generator settings")
+        self.expander = expander_for(tokenizer, **self.settings.template_kwargs)
+        self.judge = self.settings.make_judge()
+        self.max_completion_tokens = max_completion_tokens
+        self.sampling_params = dict(sampling_params or {})
+        self.model = model
+        self.episodes: list[Episode] = []  # the last batch, for inspection
+
+    async def generate(self, input_batch: dict[str, Any]) -> dict[str, Any]:
+        """``GeneratorInput`` → ``GeneratorOutput`` (see ``mapping.skyrl_generator_output``)."""
+        prompts = input_batch["prompts"]
+        extras = input_batch.get("env_extras") or [{} for _ in prompts]
+        traj_ids = input_batch.get("trajectory_ids")
+        sampling = dict(input_batch.get("sampling_params") or self.sampling_params)
+        stops = self.expander.stop_ids
+
+        async def one(k: int) -> Episode:
+            task_id = _task_id(extras[k])
+            if task_id is None:
+                raise ConfigError(f"skyrl env_extras[{k}] has no task_id")
+            tid = traj_ids[k] if traj_ids is not None else None
+            session = tid.to_string() if hasattr(tid, "to_string") else uuid4().hex
+
+            async def generate(prompt_ids: list[int], max_tokens: int) -> Generation:
+                request = {
+                    "prompts": None,
+                    "prompt_token_ids": [prompt_ids],
+                    "sampling_params": {**sampling, "max_tokens": max_tokens},
+                    "session_ids": [session],
+                }
+                out = await (
+                    self.client.generate(request, model=self.model)
+                    if self.model
+                    else self.client.generate(request)
+                )
+                ids = list(out["response_ids"][0])
+                lps = out.get("response_logprobs")
+                finish = "stop" if ids and ids[-1] in stops else "length"
+                return Generation(ids, None if lps is None else list(lps[0]), finish)
+
+            return await run_episode(
+                self.settings.make_env(),
+                self.expander,
+                generate,
+                task=task_id,
+                seed=int(extras[k].get("seed", k)),
+                episode_id=f"{task_id}#{session}",
+                max_new_tokens=self.settings.max_new_tokens,
+                max_completion_tokens=self.max_completion_tokens,
+                judge=self.judge,
+            )
+
+        self.episodes = list(await asyncio.gather(*(one(k) for k in range(len(prompts)))))
+        return skyrl_generator_output(self.episodes, traj_ids)
+
+
+def _register_virtual_subclass() -> None:
+    for module in ("skyrl.train.generators.base", "skyrl_train.generators.base"):
+        try:
+            base = __import__(module, fromlist=["GeneratorInterface"]).GeneratorInterface
+        except Exception:
+            continue
+        base.register(ResearchGenerator)
+        return
+
+
+_register_virtual_subclass()
