@@ -135,7 +135,9 @@ class ResearchEnv(gymnasium.Env[str, str]):
             raise gymnasium.error.ResetNeeded("call reset() before step() (the episode is over)")
         self.turns += 1
         msg = self._as_message(action)
-        parsed = parse_turn(msg, turn_index=self.turns)
+        # A message dict whose tool_calls do not validate is kept as text; the parser says what is wrong.
+        broken = isinstance(action, dict) and msg.tool_calls is None and bool(action.get("tool_calls"))
+        parsed = parse_turn(action if broken else msg, turn_index=self.turns)
         if parsed.calls and not msg.tool_calls:
             # Calls written in the text: keep ``content`` exactly as sampled and add the env's parse as
             # OpenAI ``tool_calls`` (marked with the format), so the judge and viewers read the answer.

@@ -221,3 +221,20 @@ def test_env_answers_every_broken_call_with_an_error_observation(env, actions):
         assert terminated or truncated or observations  # the turn is an action or gets an observation
         if terminated or truncated:
             break
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        {"content": None, "tool_calls": "nonsense"},
+        {"content": None, "tool_calls": [{"id": "a", "function": {"name": "search"}, "type": "bogus"}]},
+        {"content": "", "tool_calls": [{"function": {"arguments": "{}"}}]},
+    ],
+)
+def test_a_message_dict_with_broken_tool_calls_is_a_format_error_not_a_final_answer(env, action):
+    """Regression: the env kept only the dict's content, so broken tool_calls became an empty final report."""
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert not terminated and not truncated and reward == 0.0
+    assert info["format_errors"] == 1 and obs.startswith("Error:")
+    assert env.report is None
