@@ -12,7 +12,7 @@ from agentrl.explain.report import load_run, parse_steps, render_report, sample_
 from agentrl.explain.report.trajectories import bucket_class
 from agentrl.train.token_log import read_token_stats
 from agentrl.trajectory import CriterionScore, Message, RewardBreakdown, Trajectory, write_trajectories
-from tests.report.helpers import Page
+from tests.report.helpers import PAYLOAD, Page, add_hostile_trajectory
 
 ARTICLE = re.compile(
     r'<article class="traj" id="(t\d+)" data-step="(\d+)"><h3>(.*?)</h3>(.*?)</article>', re.S
@@ -198,3 +198,23 @@ def test_cli_writes_the_page_and_reports_errors_in_one_line(real_run, tmp_path, 
     assert "not a training run" in capsys.readouterr().err
     assert main(["report", str(real_run), "--steps", "9"]) == 1
     assert "none of these steps" in capsys.readouterr().err
+
+
+def test_every_piece_of_model_and_user_text_is_escaped(run_copy, tmp_path):
+    evil = add_hostile_trajectory(run_copy)
+    html = write_report(run_copy, tmp_path / "r.html", steps="1", max_trajectories=20).read_text()
+    page = Page(html)
+    assert len(page.scripts) == 1 and "step-select" in page.scripts[0]  # only the report's own script
+    assert not page.all("img")
+    handlers = [(t, k) for t, a in page.tags for k in a if k.lower().startswith("on")]
+    assert handlers == []
+    text = "".join(page.text)
+    # the payload is shown as text everywhere it occurs (id, task, messages, reasoning, tool call,
+    # tool name, criterion, judge, rubric, truncation reason, metric name), never dropped
+    assert text.count(PAYLOAD) >= 12
+    assert evil in text
+    # the policy's own sampled tokens carry the payload too, coloured token by token
+    body = next(b for _, _, h3, b in ARTICLE.findall(html) if h3.startswith("evil&lt;script&gt;"))
+    spans = TOKEN.findall(body)
+    assert len([s for s in spans if s[0] not in ("m", "u")]) > 10
+    assert "&lt;script&gt;" in body and "<script>" not in body

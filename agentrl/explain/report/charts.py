@@ -53,8 +53,8 @@ def line_chart(
     *,
     x_label: str = "step",
     y_label: str = "",
-    width: int = 460,
-    height: int = 240,
+    width: int = 400,
+    height: int = 230,
     y_range: tuple[float, float] | None = None,
 ) -> str:
     """An ``<figure>`` with one SVG line chart: one polyline per series (with a marker and a hover

@@ -58,16 +58,19 @@ def _num(v: Any, digits: int = 4) -> str:
 
 
 def _tokens_html(row: TokenRow, start: int, end: int, scale: float) -> str:
-    parts = []
     adv = row.values.get("advantages")
+    if adv is None:  # no numbers for this row at all: the turn's text, token by token but plain
+        return "".join(text_html(row.texts[t]) for t in range(start, end))
+    parts = []
     for t in range(start, end):
         body = text_html(row.texts[t])  # empty for the tail of a character split over tokens
         if not row.loss_mask[t]:
             parts.append(f'<span class="m" title="t={t} masked">{body}</span>')
             continue
-        if adv is None or np.isnan(adv[t]):
-            why = "no numbers" if adv is None else "not in the update (cut at max_len)"
-            parts.append(f'<span class="u" title="t={t} policy token, {why}">{body}</span>')
+        if np.isnan(adv[t]):
+            parts.append(
+                f'<span class="u" title="t={t} policy token, not in the update (cut at max_len)">{body}</span>'
+            )
             continue
         tip = " · ".join(
             f"{label} {float(row.values[name][t]):+.4g}"
