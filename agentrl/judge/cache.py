@@ -14,6 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from agentrl.errors import ConfigError
+
 __all__ = ["VerdictCache", "cache_key"]
 
 
@@ -32,12 +34,17 @@ class VerdictCache:
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict TEXT NOT NULL,"
-            " reasoning TEXT NOT NULL, created REAL NOT NULL)"
-        )
+        try:
+            self._db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, verdict TEXT NOT NULL,"
+                " reasoning TEXT NOT NULL, created REAL NOT NULL)"
+            )
+        except sqlite3.DatabaseError as e:  # not a database (corrupt, or some other file), unwritable, ...
+            raise ConfigError(
+                f"{self.path}: cannot use it as the verdict cache: {e}; delete it or pass --no-cache"
+            ) from None
 
     def get(self, key: str) -> tuple[str, str] | None:
         """The cached ``(verdict, reasoning)`` for ``key``, or None."""

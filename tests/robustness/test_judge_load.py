@@ -48,3 +48,30 @@ def test_fault_schedule_is_a_function_of_the_report_and_attempt():
 def test_cli_1000_episodes(tmp_path):
     r = run_load(tmp_path, 1000, via="cli")
     _check(r, 1000)
+
+
+@pytest.mark.parametrize("garbage", [b"", b"not a database\n" * 200, b"SQLite format 3\x00" + b"\xff" * 5000])
+def test_a_corrupt_verdict_cache_is_one_line_error_not_a_traceback(tmp_path, garbage):
+    """Regression: sqlite3.DatabaseError ("file is not a database") escaped as a traceback."""
+    import subprocess
+    import sys
+
+    from tests.robustness.flaky_judge import ROOT, write_inputs
+
+    traj, rubric, _ = write_inputs(tmp_path, 3)
+    cache = tmp_path / "judge.sqlite"
+    cache.write_bytes(garbage)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentrl", "judge", str(traj), "--rubric", str(rubric), "--cache", str(cache)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    if not garbage:  # an empty file is a fine new database; this rubric then needs a --model
+        assert proc.returncode != 0 and "--model" in proc.stderr and "Traceback" not in proc.stderr
+        return
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (
+        proc.stderr.strip().count("\n") == 0 and f"{cache}: cannot use it as the verdict cache" in proc.stderr
+    )
