@@ -43,6 +43,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--judge-model", default=None, help="LLM judge for rubrics with LLM criteria (batched)")
     p.add_argument("--judge-api-base", default=None, help="base URL of the judge model's server")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--ray", action="store_true", help="fan episodes out over Ray env workers (extra 'ray'); docs/ray.md"
+    )
+    p.add_argument("--ray-workers", type=int, default=2, help="--ray: env worker actors, one CPU each (2)")
+    p.add_argument(
+        "--ray-address", default=None, help="--ray: join this cluster (e.g. auto); default: start a local Ray"
+    )
     p.set_defaults(handler=_run)
 
 
@@ -86,14 +93,16 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError("-n and --concurrency must be at least 1")
     cfg = _config(args)
     load_env_config(cfg, source=args.config or "<command line>")
-    policy = make_policy(
-        args.policy,
-        noise=args.noise,
-        api_base=args.api_base,
-        api_key=args.api_key,
-        temperature=args.temperature,
-        max_tokens=args.max_tokens,
-    )
+    policy_opts = {
+        "noise": args.noise,
+        "api_base": args.api_base,
+        "api_key": args.api_key,
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+    }
+    policy = make_policy(args.policy, **policy_opts)
+    if args.ray and args.ray_workers < 1:
+        raise ConfigError("--ray-workers must be at least 1")
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -119,6 +128,28 @@ def _run(args: argparse.Namespace) -> int:
             progress.update(bar, advance=1, reward=f"{sum(rewards) / len(rewards):.3f}" if rewards else "-")
 
         async def main():
+            if args.ray:
+                import functools
+
+                from agentrl.rollout.ray_backend import run_rollout_ray
+
+                await policy.aclose()  # each Ray worker makes its own client from the same options
+                return await run_rollout_ray(
+                    cfg,
+                    functools.partial(make_policy, args.policy, **policy_opts),
+                    args.out,
+                    n=args.n,
+                    concurrency=args.concurrency,
+                    seed=args.seed,
+                    tasks=args.task,
+                    limit=args.limit,
+                    on_start=lambda total: progress.update(bar, total=total),
+                    judge_model=args.judge_model,
+                    judge_api_base=args.judge_api_base,
+                    workers=args.ray_workers,
+                    address=args.ray_address,
+                    on_done=on_done,
+                )
             return await run_rollout(
                 cfg,
                 policy,

@@ -64,6 +64,13 @@ class RolloutConfig(_Strict):
     max_new_tokens: int = Field(64, ge=1, description="tokens per assistant turn")
     max_len: int = Field(1024, ge=16, description="tokens per trajectory (prompt + turns + observations)")
     env_workers: int = Field(8, ge=1, description="threads stepping the envs of a batch of episodes")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="where the envs run: in this process, or in Ray actors (extra 'ray', docs/ray.md)"
+    )
+    ray_workers: int = Field(2, ge=1, description="backend ray: env actors, one CPU each, sharing the batch")
+    ray_address: str | None = Field(
+        None, description="backend ray: the cluster to join (e.g. 'auto'); null = start a local Ray"
+    )
     engine: Literal["hf", "vllm"] = Field(
         "hf", description="who samples: hf = the trainer's own model, vllm = a vLLM server (see the vllm block)"
     )

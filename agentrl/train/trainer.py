@@ -112,7 +112,13 @@ class Trainer:
         self.tasks = probe.suite.tasks
         if not self.tasks:
             raise ConfigError(f"rollout.suite {cfg.rollout.suite!r} has no tasks")
-        self.envs: list[ResearchEnv] = [probe]
+        from agentrl.rollout.ray_env import make_env_factory
+
+        r = cfg.rollout  # rollout.backend: local envs, or proxies of envs living in Ray actors
+        self.new_env = make_env_factory(
+            self.env_config, r.backend, workers=r.ray_workers, address=r.ray_address, threads=r.env_workers
+        )
+        self.envs: list[Any] = [probe] if r.backend == "local" else []
         self.pool = cf.ThreadPoolExecutor(
             max_workers=cfg.rollout.env_workers, thread_name_prefix="agentrl-env"
         )
@@ -289,7 +295,7 @@ class Trainer:
         t0 = time.perf_counter()
         jobs = self._jobs(step)
         while len(self.envs) < len(jobs):
-            self.envs.append(ResearchEnv(self.env_config))
+            self.envs.append(self.new_env())
         episodes = run_policy_episodes
         if r.engine == "vllm":
             from agentrl.train.vllm_episodes import vllm_engine
