@@ -10,7 +10,7 @@ import yaml
 from agentrl.cli import main
 from agentrl.env import ResearchEnv
 from agentrl.trajectory import read_trajectories, write_trajectories
-from tests.replay.helpers import ALPHABET, CountingServer
+from tests.replay.helpers import ALPHABET, ROOT, CountingServer
 
 
 def _http_config(tmp_path, port):
@@ -58,6 +58,15 @@ def test_stored_and_oracle_reruns_make_no_network_request(recorded, tmp_path, ca
     for t in read_trajectories(out):
         assert [m.text for m in t.messages] == [m.text for m in old[t.id].messages]
         assert t.info["seed"] == old[t.id].info["seed"] and t.info["policy"] == "stored"
+
+
+def test_the_example_file_replays_from_a_fresh_recording(recorded, capsys):
+    """examples/trajectories/alphabet-oracle.jsonl is what the oracle does today (same seeds)."""
+    _, cache = recorded
+    example = ROOT / "examples" / "trajectories" / "alphabet-oracle.jsonl"
+    argv = ["replay", str(example), "--cache", "replay", "--cache-path", str(cache), "--suite", str(ALPHABET)]
+    assert main(argv) == 0
+    assert "6/6 re-runs identical" in capsys.readouterr().out
 
 
 def test_a_changed_observation_and_an_unrecorded_call_are_reported(recorded, tmp_path, capsys):
