@@ -12,27 +12,45 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl.train.distributed import barrier, is_main
+
 __all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 
-def save_checkpoint(directory: Path, step: int, state: dict[str, Any]) -> Path:
-    """Write ``state`` (state dicts and plain values) to ``directory/step_NNNNN`` atomically."""
+def save_checkpoint(
+    directory: Path, step: int, state: dict[str, Any], *, sharded: dict[str, Any] | None = None
+) -> Path:
+    """Write ``state`` (state dicts and plain values) to ``directory/step_NNNNN`` atomically.
+
+    With ``sharded`` (FSDP state dicts of DTensors), every rank must call this: each writes its own
+    shards under ``step_NNNNN/sharded`` with ``torch.distributed.checkpoint``, and rank 0 writes
+    ``state.pt`` last, so a checkpoint is complete exactly when ``state.pt`` exists."""
     final = directory / f"step_{step:05d}"
     tmp = directory / f".step_{step:05d}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    rng = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-    torch.save({**state, "step": step, "rng": rng}, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({"step": step}))
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    if is_main():
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    if sharded is not None:
+        import torch.distributed.checkpoint as dcp
+
+        barrier()
+        dcp.save(sharded, checkpoint_id=str(tmp / "sharded"))
+        barrier()
+    if is_main():
+        rng = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+        torch.save({**state, "step": step, "rng": rng}, tmp / "state.pt")
+        (tmp / "meta.json").write_text(json.dumps({"step": step, "sharded": sharded is not None}))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    if sharded is not None:
+        barrier()
     return final
 
 

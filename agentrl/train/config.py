@@ -72,7 +72,8 @@ class RolloutConfig(_Strict):
         None, description="backend ray: the cluster to join (e.g. 'auto'); null = start a local Ray"
     )
     engine: Literal["hf", "vllm"] = Field(
-        "hf", description="who samples: hf = the trainer's own model, vllm = a vLLM server (see the vllm block)"
+        "hf",
+        description="who samples: hf = the trainer's own model, vllm = a vLLM server (see the vllm block)",
     )
 
 
@@ -136,7 +137,9 @@ class OptimConfig(_Strict):
 
 class VLLMSettings(_Strict):
     base_url: str = Field("http://127.0.0.1:8000", description="the vLLM server's root (or its /v1) URL")
-    served_model: str | None = Field(None, description="the server's --served-model-name; default: model.path")
+    served_model: str | None = Field(
+        None, description="the server's --served-model-name; default: model.path"
+    )
     api_key: str | None = Field(None, description="the server's --api-key, if it has one")
     sync: Literal["lora", "full", "nccl", "none"] = Field(
         "full",
@@ -144,7 +147,8 @@ class VLLMSettings(_Strict):
         "nccl = GPU broadcast, none = never",
     )
     sync_dir: str | None = Field(
-        None, description="dir shared with the server (full: the dir vllm serves); default: OUTPUT_DIR/vllm_sync"
+        None,
+        description="dir shared with the server (full: the dir vllm serves); default: OUTPUT_DIR/vllm_sync",
     )
     lora_name: str = Field("agentrl-policy", description="prefix of the adapter names loaded into the server")
     timeout_s: float = Field(300.0, gt=0, description="timeout of one generation request (seconds)")
@@ -177,6 +181,10 @@ class TrainConfig(_Strict):
     seed: int = Field(0, description="seed of models, sampling and task order")
     output_dir: str = Field("runs/train", description="metrics.jsonl, trajectories, checkpoints, plots")
     checkpoint_every: int = Field(0, ge=0, description="save a checkpoint every k steps; 0 = at the end only")
+    parallelism: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="under torchrun: ddp replicates the model; fsdp (FSDP2) shards weights, grads and optimiser state",
+    )
     device: str = Field("auto", description="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     log_tensorboard: bool = Field(False, description="also log to TensorBoard (when installed)")
     log_wandb: bool = Field(False, description="also log to Weights & Biases (when installed)")

@@ -38,6 +38,7 @@ from agentrl.train.distributed import (
     world_size,
 )
 from agentrl.train.episodes import Job, run_policy_episodes
+from agentrl.train.fsdp import full_params, load_sharded, set_grad_divide, shard_model, sharded_state
 from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import build_batch, judge_trajectories, normalized_reward
@@ -147,6 +148,9 @@ class Trainer:
             self.critic = ValueModel.from_policy(self.model, shared=cfg.model.critic_backbone == "shared")
             self.critic.to(self.device)
             broadcast_parameters(self.critic)
+        self.fsdp = cfg.parallelism == "fsdp" and world_size() > 1
+        if self.fsdp:
+            self._shard()
         o = cfg.optim
         self.opt = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -171,6 +175,19 @@ class Trainer:
         self.log = RunLog(self.out) if is_main() else None
         if resume:
             self._restore()
+
+    def _shard(self) -> None:
+        """FSDP2: every rank starts from rank 0's weights, then keeps only its shards of the policy,
+        the reference and the critic (see ``agentrl.train.fsdp``)."""
+        if self.lora:
+            raise ConfigError("parallelism: fsdp with model.lora_rank > 0 is not supported; use ddp")
+        if self.critic is not None and self.cfg.model.critic_backbone == "shared":
+            raise ConfigError("parallelism: fsdp needs model.critic_backbone: separate")
+        mixed = self.device.type == "cuda"
+        for module in (self.model, self.ref, self.critic):
+            if module is not None:
+                broadcast_parameters(module)
+                shard_model(module, mixed_precision=mixed)
 
     def _tokenizer(self, resume: bool) -> Any:
         from transformers import AutoTokenizer
@@ -230,7 +247,28 @@ class Trainer:
         return 1.0
 
     # ---- checkpoints ----------------------------------------------------------------------------
-    def save(self) -> Path:
+    def _sharded_modules(self) -> dict[str, tuple[torch.nn.Module, Any]]:
+        mods: dict[str, tuple[torch.nn.Module, Any]] = {"model": (self.model, self.opt)}
+        if self.critic is not None:
+            mods["critic"] = (self.critic, self.critic_opt)
+        if self.ref is not None:
+            mods["ref"] = (self.ref, None)
+        return mods
+
+    def save(self) -> Path | None:
+        """Write a checkpoint of the current step; call it on every rank (FSDP ranks each write their
+        shards with ``torch.distributed.checkpoint``; otherwise rank 0 writes everything)."""
+        directory = self.out / "checkpoints"
+        if self.fsdp:
+            rest = {
+                "scheduler": self.sched.state_dict(),
+                "kl_coef": self.kl_ctrl.value,
+                "config": self.cfg.model_dump(mode="json"),
+                "sharded": True,
+            }
+            return save_checkpoint(directory, self.step, rest, sharded=sharded_state(self._sharded_modules()))
+        if not is_main():
+            return None
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.opt.state_dict(),
@@ -243,13 +281,26 @@ class Trainer:
             state["critic_optimizer"] = self.critic_opt.state_dict()
         if self.ref is not None:
             state["ref"] = self.ref.state_dict()
-        return save_checkpoint(self.out / "checkpoints", self.step, state)
+        return save_checkpoint(directory, self.step, state)
 
     def _restore(self) -> None:
         path = latest_checkpoint(self.out / "checkpoints")
         if path is None:
             raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
         state = load_checkpoint(path)
+        if bool(state.get("sharded")) != self.fsdp:
+            raise ConfigError(
+                f"--resume: {path} was written with parallelism {'fsdp' if state.get('sharded') else 'ddp'}; "
+                f"resume it the same way"
+            )
+        if self.fsdp:
+            load_sharded(path / "sharded", self._sharded_modules())
+            self.sched.load_state_dict(state["scheduler"])
+            self.kl_ctrl.value = state["kl_coef"]
+            self.step = state["step"]
+            if self.log is not None:
+                self.log.truncate_after(self.step)
+            return
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
@@ -301,11 +352,12 @@ class Trainer:
             from agentrl.train.vllm_episodes import vllm_engine
 
             episodes = vllm_engine(self).run_policy_episodes
-        trajs = episodes(
-            self.model, self.tokenizer, self.expander, self.envs, jobs,
-            max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=r.temperature, top_p=r.top_p,
-            stop_ids=self.stop_ids, pad_id=self.pad_id, executor=self.pool,
-        )  # fmt: skip
+        with full_params(self.model):  # FSDP: gathered once, so ranks may sample different lengths
+            trajs = episodes(
+                self.model, self.tokenizer, self.expander, self.envs, jobs,
+                max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=r.temperature,
+                top_p=r.top_p, stop_ids=self.stop_ids, pad_id=self.pad_id, executor=self.pool,
+            )  # fmt: skip
         t1 = time.perf_counter()
         m.update(judge_trajectories(trajs, cfg.judge, self.envs[0].suite))
         t2 = time.perf_counter()
@@ -336,9 +388,10 @@ class Trainer:
             gen = torch.Generator().manual_seed(_seed(cfg.seed, "update", step))
             mask = batch["loss_mask"]
             T, budget, pack = r.temperature, a.micro_batch_tokens, a.pack_sequences
-            recomputed = chunked_forward(
-                lambda b: forward_logprobs(self.model, b, T, pack=pack)[0], batch, budget, pack
-            )
+            with full_params(self.model):
+                recomputed = chunked_forward(
+                    lambda b: forward_logprobs(self.model, b, T, pack=pack)[0], batch, budget, pack
+                )
             known = batch["known_logprobs"].to(self.device).bool() & mask.bool()
             if known.any():
                 m["actor/rollout_logprob_diff"] = (
@@ -349,13 +402,15 @@ class Trainer:
             )
             batch["old_logprobs"] = torch.where(known & use_rollout, batch["old_logprobs"], recomputed)
             if self.uses_ref:
-                batch["ref_logprobs"] = chunked_forward(
-                    lambda b: self._ref_logprobs(b, T), batch, budget, pack
-                )
+                with full_params(self.ref if self.ref is not None else self.model):
+                    batch["ref_logprobs"] = chunked_forward(
+                        lambda b: self._ref_logprobs(b, T), batch, budget, pack
+                    )
             if self.critic is not None:
-                batch["values"] = chunked_forward(
-                    lambda b: forward_values(self.critic, b, pack=pack), batch, budget, pack
-                )
+                with full_params(self.critic):
+                    batch["values"] = chunked_forward(
+                        lambda b: forward_values(self.critic, b, pack=pack), batch, budget, pack
+                    )
             m.update(compute_advantages(batch, a, [t.task_id for t in keep], self.kl_ctrl))
             if cfg.log_token_stats:
                 self._log_tokens(step, [t.id for t in keep], batch)
@@ -392,6 +447,8 @@ class Trainer:
         rank takes rank 0's weights, and the reference becomes the warm-started policy."""
         cfg = self.cfg
         if self.sft_data:
+            # Every rank trains on the same batches: under FSDP their summed gradients are averaged.
+            set_grad_divide(self.model, world_size())
             opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.sft_lr)
             rng = random.Random(_seed(cfg.seed, "sft-batches"))
             for k in range(cfg.sft_steps):
@@ -400,7 +457,9 @@ class Trainer:
                 )
                 if self.log is not None:
                     self.log.sft(k + 1, loss)
-        broadcast_parameters(self.model)
+            set_grad_divide(self.model, 1.0)
+        if not self.fsdp:  # sharded ranks stay equal by construction
+            broadcast_parameters(self.model)
         if self.ref is not None:
             self.ref.load_state_dict(self.model.state_dict())
 
@@ -417,13 +476,13 @@ class Trainer:
                 metrics = self.train_step()
                 if self.log is not None:
                     self.log.step(metrics)
-                    every = self.cfg.checkpoint_every
-                    if every and self.step % every == 0:
-                        self.save()
+                every = self.cfg.checkpoint_every
+                if every and self.step % every == 0:
+                    self.save()
         finally:
             if self.log is not None:
                 self.log.stop()
+        self.save()
         if self.log is None:
             return {}
-        self.save()
         return self.log.finish()

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from agentrl.algos import (
     AdaptiveKLController,
@@ -37,6 +38,7 @@ from agentrl.algos import (
 from agentrl.tokens import token_logprobs
 from agentrl.train.config import AlgorithmConfig
 from agentrl.train.distributed import all_reduce_grads, all_reduce_max, all_reduce_sum, world_size
+from agentrl.train.fsdp import dummy_micro_batch, is_sharded
 from agentrl.train.models import autocast
 
 __all__ = [
@@ -264,8 +266,11 @@ def _mini_batches(batch: Batch, mini_batch_size: int, generator: torch.Generator
 
 
 def _step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
-    all_reduce_grads(params)
+    if not any(isinstance(p, DTensor) for p in params):  # FSDP2 has already reduced its gradients
+        all_reduce_grads(params)
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    if isinstance(grad_norm, DTensor):
+        grad_norm = grad_norm.full_tensor()
     # No step on a zero gradient (every advantage 0: no signal) or a non-finite one: Adam would
     # otherwise keep moving the weights along its momentum with nothing to learn from.
     if torch.isfinite(grad_norm) and grad_norm > 0:
@@ -300,6 +305,7 @@ def _optimise(
     mini-batch; returns the metrics averaged over optimiser steps."""
     module.train()
     params = [p for p in module.parameters() if p.requires_grad]
+    sharded = is_sharded(module)
     sums: dict[str, float] = {}
     steps = 0
     for _ in range(cfg.ppo_epochs):
@@ -308,11 +314,15 @@ def _optimise(
             tokens = float(mini["loss_mask"].sum().clamp_min(1))
             step_metrics: dict[str, float] = {}
             rows = torch.arange(len(mini["input_ids"]))
-            for mb in micro_batches(mini, rows, cfg.micro_batch_tokens, packed=cfg.pack_sequences):
+            mbs = list(micro_batches(mini, rows, cfg.micro_batch_tokens, packed=cfg.pack_sequences))
+            for mb in mbs:
                 loss, summed, averaged = loss_fn(mb, denom)
                 loss.backward()
                 _accumulate(step_metrics, summed, 1.0)
                 _accumulate(step_metrics, averaged, float(mb["loss_mask"].sum()) / tokens)
+            if sharded:  # FSDP: every rank runs as many forward/backward passes as the busiest one
+                for _ in range(all_reduce_max(len(mbs)) - len(mbs)):
+                    loss_fn(dummy_micro_batch(batch), 1.0)[0].backward()
             step_metrics[grad_norm_key] = _step(params, optimizer, grad_clip)
             _accumulate(sums, step_metrics, 1.0)
             steps += 1

@@ -1,4 +1,5 @@
-"""Data parallelism on CPU: 2 gloo processes under torchrun take the same step as one process."""
+"""Data parallelism on CPU: 2 gloo processes under torchrun (DDP, and FSDP2 with sharded checkpoints)
+take the same step as one process."""
 
 import json
 import socket
@@ -51,14 +52,16 @@ def test_two_processes_equal_one(tmp_path, algo):
         ],
         root,
     )
-    _run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-            "-m", "agentrl.train", str(path), "--no-progress", "--set", f"output_dir={root}/two",
-        ],
-        root,
-    )  # fmt: skip
+    for run, parallelism in (("two", "ddp"), ("fsdp", "fsdp")):
+        _run(
+            [
+                sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+                "-m", "agentrl.train", str(path), "--no-progress", "--set", f"output_dir={root}/{run}",
+                "--set", f"parallelism={parallelism}",
+            ],
+            root,
+        )  # fmt: skip
     one = torch.load(tmp_path / "one/checkpoints/step_00001/state.pt", weights_only=False)
     two = torch.load(tmp_path / "two/checkpoints/step_00001/state.pt", weights_only=False)
     for key in one["model"]:
@@ -69,6 +72,23 @@ def test_two_processes_equal_one(tmp_path, algo):
     m1 = json.loads((tmp_path / "one/metrics.jsonl").read_text().splitlines()[0])
     m2 = json.loads((tmp_path / "two/metrics.jsonl").read_text().splitlines()[0])
     assert m1["critic/score/mean"] == pytest.approx(m2["critic/score/mean"])
+
+    # FSDP: the shards of every rank, gathered from the sharded checkpoint, are the same weights.
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    ckpt = tmp_path / "fsdp/checkpoints/step_00001"
+    assert torch.load(ckpt / "state.pt", weights_only=False)["sharded"] is True
+    dcp_to_torch_save(ckpt / "sharded", tmp_path / "fsdp_full.pt")
+    full = torch.load(tmp_path / "fsdp_full.pt", weights_only=False)
+    for name in ("model", "critic") if algo == "ppo" else ("model",):
+        assert full[name].keys() == one[name].keys(), name
+        for key, value in one[name].items():
+            assert torch.allclose(value, full[name][key], atol=1e-5, rtol=1e-4), (name, key)
+    assert full["model_optimizer"]["state"], "the FSDP step took no optimiser step"
+    m3 = json.loads((tmp_path / "fsdp/metrics.jsonl").read_text().splitlines()[0])
+    assert m1["critic/score/mean"] == pytest.approx(m3["critic/score/mean"])
+    assert m1["actor/pg_loss"] == pytest.approx(m3["actor/pg_loss"], abs=1e-5)
+    assert m1["actor/grad_norm"] == pytest.approx(m3["actor/grad_norm"], rel=1e-4)
 
     # The same episodes, token for token, whichever rank ran them; the logprobs agree to float
     # precision (a different batch composition changes the summation order).
@@ -87,3 +107,38 @@ def test_two_processes_equal_one(tmp_path, algo):
             if ma.logprobs:
                 assert ma.logprobs == pytest.approx(mb.logprobs, abs=1e-5)
         assert a.reward.total == b.reward.total
+
+
+@pytest.mark.slow
+def test_fsdp_resume_equals_single_process_resume(tmp_path):
+    """A sharded checkpoint resumes: one more step from it under FSDP equals one more step from the
+    single-process checkpoint of the same first step."""
+    cfg = json.loads(json.dumps(TINY))
+    cfg["algorithm"].update({"name": "grpo", "mini_batch_size": 4, "entropy_coef": 0.01})
+    cfg.update({"steps": 1, "sft_steps": 1})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    root = str(tmp_path)
+    torchrun = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1",
+    ]  # fmt: skip
+    single = [sys.executable, "-m", "agentrl.train", str(path), "--no-progress"]
+    _run([*single, "--set", f"output_dir={root}/one"], root)
+    _run([*single, "--resume", "--set", f"output_dir={root}/one", "--set", "steps=2"], root)
+    sharded = ["-m", "agentrl.train", str(path), "--no-progress", "--set", "parallelism=fsdp"]
+    out = ["--set", f"output_dir={root}/fsdp"]
+    _run([*torchrun, "--master_port", str(_free_port()), *sharded, *out], root)
+    _run(
+        [*torchrun, "--master_port", str(_free_port()), *sharded, *out, "--resume", "--set", "steps=2"], root
+    )
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    one = torch.load(tmp_path / "one/checkpoints/step_00002/state.pt", weights_only=False)
+    dcp_to_torch_save(tmp_path / "fsdp/checkpoints/step_00002/sharded", tmp_path / "full.pt")
+    full = torch.load(tmp_path / "full.pt", weights_only=False)
+    for key, value in one["model"].items():
+        assert torch.allclose(value, full["model"][key], atol=1e-5, rtol=1e-4), key
+    rows = [json.loads(line) for line in (tmp_path / "fsdp/metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1.0, 2.0]
