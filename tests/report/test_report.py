@@ -96,7 +96,7 @@ def _traj(tid, step, total, criteria, tool_log, cost=0.0, calls=0, **info):
         id=tid,
         task_id=tid.split("#")[0],
         messages=[
-            Message(role="user", content="q"),
+            Message(role="user", content="q" * (25_000 if tid == "a#1" else 1)),
             Message(role="assistant", content="a"),
         ],
         reward=RewardBreakdown(
@@ -153,6 +153,8 @@ def test_step_statistics_count_criteria_judge_cost_and_tools(tmp_path):
     # criterion met rates: acc 0.5 then 1; rumor 0.5 then none graded in step 2
     chart = next(g for g in page.all("g", "series") if g["data-label"] == "acc")
     assert chart
+    assert "[… 5,000 more characters not shown]" in html  # a 25,000-character message, cut
+    assert html.count("Tokens not coloured: no tokenizer at") == 3
     assert "acc at step 1: 0.5" in html and "acc at step 2: 1" in html and "rumor at step 1: 0.5" in html
 
 

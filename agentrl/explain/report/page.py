@@ -238,10 +238,11 @@ def _browser(run: RunData, steps: list[int], max_trajectories: int, source: Toke
     for s in steps:
         trajs = list(read_trajectories(run.trajectory_files[s]))
         chosen.extend((s, t) for t in sample_trajectories(trajs, max_trajectories))
-    rows: list[TokenRow | None] = [source.row(t, s) for s, t in chosen]
+    built = [source.row(t, s) for s, t in chosen]
+    rows: list[TokenRow | None] = [r for r, _ in built]
     scale = advantage_scale([r for r in rows if r is not None])
     articles, lists = [], {s: [] for s in steps}
-    for k, ((s, t), row) in enumerate(zip(chosen, rows, strict=True)):
+    for k, ((s, t), (row, why)) in enumerate(zip(chosen, built, strict=True)):
         elem = f"t{k}"
         articles.append(
             render_trajectory(
@@ -249,7 +250,7 @@ def _browser(run: RunData, steps: list[int], max_trajectories: int, source: Toke
                 elem_id=elem,
                 step=s,
                 row=row,
-                row_note=source.problem,
+                row_note=why,
                 scale=scale,
                 criteria_text=run.criteria,
             )

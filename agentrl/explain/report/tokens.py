@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.errors import AgentRLError
 from agentrl.trajectory import Trajectory
 
 __all__ = ["TokenRow", "TokenSource", "decode_tokens", "token_row"]
@@ -105,14 +106,18 @@ class TokenSource:
             self._stats[step] = read_token_stats(self.token_files[step])
         return self._stats[step]
 
-    def row(self, traj: Trajectory, step: int) -> TokenRow | None:
-        """The row of ``traj`` (stored at ``step``), or None when no tokenizer can be loaded."""
+    def row(self, traj: Trajectory, step: int) -> tuple[TokenRow | None, str | None]:
+        """The row of ``traj`` (stored at ``step``) and None, or None and the reason there is no
+        row (no tokenizer, or the trajectory cannot be expanded)."""
         expander = self._get_expander()
         if expander is None:
-            return None
+            return None, self.problem
         stats = self._step_stats(step)
         entry = None if stats is None else stats.get(traj.id)
-        return token_row(expander, traj, entry, missing=self._why_missing(stats))
+        try:
+            return token_row(expander, traj, entry, missing=self._why_missing(stats)), None
+        except (AgentRLError, ValueError) as e:  # a template that cannot render this trajectory
+            return None, f"the trajectory cannot be expanded with this tokenizer: {e}"
 
     def _why_missing(self, stats: dict[str, Any] | None) -> str:
         if not self.token_files:

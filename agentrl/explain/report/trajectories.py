@@ -49,6 +49,19 @@ def text_html(s: str) -> str:
     return escape(s.translate(_CONTROLS))
 
 
+#: Characters of one message shown; a longer one (a whole fetched page, say) is cut, and says so.
+MAX_MESSAGE_CHARS = 20_000
+
+
+def _long_text(s: str) -> str:
+    if len(s) <= MAX_MESSAGE_CHARS:
+        return text_html(s)
+    cut = len(s) - MAX_MESSAGE_CHARS
+    return (
+        text_html(s[:MAX_MESSAGE_CHARS]) + f'<span class="cut">[… {cut:,} more characters not shown]</span>'
+    )
+
+
 def _num(v: Any, digits: int = 4) -> str:
     if v is None:
         return "–"
@@ -116,7 +129,7 @@ def _messages_html(traj: Trajectory, row: TokenRow | None, scale: float) -> str:
             if m.finish_reason:
                 who += f" · finish: {escape(m.finish_reason)}"
         else:
-            body = f'<div class="body">{text_html(m.text)}</div>'
+            body = f'<div class="body">{_long_text(m.text)}</div>'
         masked = " masked" if m.role != "assistant" else ""
         out.append(
             f'<div class="msg {escape(m.role)}{masked}"><div class="who">{who}</div>'
