@@ -87,11 +87,12 @@ def _env_config(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
             raise ConfigError(f"--config {args.config}: {e}") from None
         if not isinstance(cfg, dict):
             raise ConfigError(f"--config {args.config}: must be a mapping")
-    suite = (
-        args.suite
-        or cfg.get("suite")
-        or next((t.info.get("suite") for t in trajs if t.info.get("suite")), None)
-    )
+    suites = sorted({str(t.info["suite"]) for t in trajs if t.info.get("suite")})
+    if not (args.suite or cfg.get("suite")) and len(suites) > 1:
+        raise ConfigError(
+            f"--suite: the trajectories come from {len(suites)} suites; re-run one suite at a time"
+        )
+    suite = args.suite or cfg.get("suite") or (suites[0] if suites else None)
     if not suite:
         raise ConfigError("--suite: the trajectories name no suite (info.suite); pass --suite DIR")
     cfg["suite"] = suite

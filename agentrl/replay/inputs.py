@@ -38,22 +38,26 @@ def pick(trajs: list[Trajectory], index: int, path: str | Path, notes: list[str]
 
 
 def load_tokenizer(tokenizer: str | None, run_dir: str | Path | None = None) -> Any | None:
-    """A Hugging Face tokenizer from a local path (never a download), else ``RUN_DIR/tokenizer``;
-    None when neither is given."""
-    path: Path | None = None
+    """A Hugging Face tokenizer from a local directory or a hub id already in the local cache (never
+    a download), else ``RUN_DIR/tokenizer``; None when neither is given."""
+    name: str | None = None
     if tokenizer:
-        path = Path(tokenizer)
-        if not path.exists():
-            raise ConfigError(f"--tokenizer {tokenizer}: no such directory (a local tokenizer is needed)")
+        name = tokenizer
     elif run_dir is not None:
         path = Path(run_dir) / "tokenizer"
-        if not path.exists():
+        if not path.is_dir():
             raise ConfigError(f"--run {run_dir}: no tokenizer/ directory in the run (pass --tokenizer)")
-    if path is None:
+        name = str(path)
+    if name is None:
         return None
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot load a tokenizer: {str(e).splitlines()[0]}") from None
+        if not Path(name).exists():
+            raise ConfigError(
+                f"--tokenizer {name}: no such directory, and not in the local Hugging Face cache "
+                "(nothing is downloaded)"
+            ) from None
+        raise ConfigError(f"{name}: cannot load a tokenizer: {str(e).splitlines()[0]}") from None

@@ -19,6 +19,8 @@ from agentrl.trajectory import Message, RewardBreakdown, Trajectory
 
 __all__ = ["RerunResult", "format_rerun", "rerun"]
 
+_MISS = "is not in the replay cache"  # the error of a tool call that was never recorded
+
 
 class RerunResult(BaseModel):
     """One re-run compared with its stored episode."""
@@ -89,7 +91,6 @@ def rerun(
                 f"trajectory {old.id!r}: task {old.task_id!r} is not in suite {env.suite.root}"
             ) from None
         env.reset(seed=seed, options={"task": task})
-        misses0 = env._cache.misses if env._cache is not None else 0
         stored_turns = [m for m in old.messages if m.role == "assistant"]
         done, note = False, None
         if oracle is None:
@@ -133,7 +134,7 @@ def rerun(
                 first_difference=diff or note,
                 reward_stored=r_old,
                 reward_rerun=r_new,
-                cache_misses=(env._cache.misses - misses0) if env._cache is not None else 0,
+                cache_misses=sum(_MISS in str(e.get("error", "")) for e in new.info.get("tool_log", [])),
             )
         )
         new_trajs.append(new)
