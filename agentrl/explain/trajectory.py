@@ -161,7 +161,6 @@ def explain_trajectory(
     scores = n.get("token_level_scores", np.zeros(L))
     nz = [int(i) for i in on if scores[i] != 0.0]
     ex.reward_token = nz[-1] if nz else (int(on[-1]) if on.size else None)
-    adv_key = "advantages"
     for i in on:
         i = int(i)
         d: dict[str, Any] = {
@@ -174,13 +173,13 @@ def explain_trajectory(
         if ppo:
             d["value"] = float(n["values"][i]) if "values" in n else 0.0
             d["delta"] = float(delta[i]) if delta is not None else None
-            d["advantage"] = float(n["raw_advantages"][i] if ex.whitened else n[adv_key][i])
+            d["advantage"] = float(n["raw_advantages"][i] if ex.whitened else n["advantages"][i])
             if ex.whitened:
-                d["whitened"] = float(n[adv_key][i])
+                d["whitened"] = float(n["advantages"][i])
             if "returns" in n:
                 d["return"] = float(n["returns"][i])
         else:
-            d["advantage"] = float(n[adv_key][i])
+            d["advantage"] = float(n["advantages"][i])
         ex.tokens.append(d)
     used = "whitened" if ex.whitened else "advantage"
     by_turn: dict[int, list[float]] = {}
