@@ -1,0 +1,97 @@
+"""A GRPO run with ``rollout.engine: vllm`` against the fake server: the server is given the
+warm-started weights before the first rollout and the updated weights after every update, so it
+samples exactly what the HF engine would have (same trajectories, same final weights).
+The fake server samples from the tiny model weights it was told to reload (no scripted policy)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agentrl.errors import ConfigError
+from agentrl.train import TrainConfig, Trainer
+from agentrl.train.models import build_tiny_model
+from agentrl.trajectory import read_trajectories
+from tests.policy_vllm.conftest import TINY_SPEC
+
+BASE = {
+    "model": {"path": TINY_SPEC, "tokenizer_vocab_size": 600},
+    "rollout": {
+        "tasks_per_step": 2,
+        "group_size": 2,
+        "max_turns": 2,
+        "max_new_tokens": 8,
+        "max_len": 2048,
+        "env": {"search_k": 2, "page_chars": 300, "system_prompt": "Today is {date}. Tools: {tools}"},
+    },
+    # Untrained policies earn no reward; the entropy bonus gives every update a gradient.
+    "algorithm": {"mini_batch_size": 2, "micro_batch_tokens": 4096, "entropy_coef": 0.01},
+    "optim": {"lr": 1e-2},
+    "steps": 2,
+    "sft_steps": 0,
+}
+
+
+def _cfg(out, **over) -> TrainConfig:
+    data = json.loads(json.dumps(BASE))
+    data["output_dir"] = str(out)
+    for key, value in over.items():
+        section, _, field = key.partition(".")
+        data.setdefault(section, {})[field] = value
+    return TrainConfig.model_validate(data)
+
+
+def test_vllm_engine_run_matches_the_hf_engine(tmp_path, fake):
+    # The server starts on placeholder weights (another vocabulary): it can only sample the
+    # policy's tokens if the trainer's first sync reached it.
+    srv = fake(model=build_tiny_model(32, TINY_SPEC, seed=9), model_dir=tmp_path / "serve")
+    over = {"rollout.engine": "vllm", "vllm.base_url": srv.url + "/v1", "vllm.served_model": "policy"}
+    over |= {"vllm.sync": "full", "vllm.sync_dir": str(tmp_path / "serve")}
+    vllm_run = Trainer(_cfg(tmp_path / "vllm", **over), progress=False)
+    vllm_run.run()
+    hf_run = Trainer(_cfg(tmp_path / "hf"), progress=False)
+    hf_run.run()
+
+    sync = ["POST /collective_rpc", "POST /reset_prefix_cache"]
+    assert srv.routes() == sync * 3  # the warm-started weights, then after each of the 2 updates
+    assert srv.calls[0][1] == "/version"
+    # Every step's generation comes after the sync that precedes it.
+    paths = [p for _, p, _ in srv.calls]
+    first_gen = paths.index("/v1/completions")
+    assert paths[:first_gen] == ["/version", "/collective_rpc", "/reset_prefix_cache"]
+    for step in (1, 2):
+        a = list(read_trajectories(tmp_path / "vllm" / "trajectories" / f"step_{step:05d}.jsonl"))
+        b = list(read_trajectories(tmp_path / "hf" / "trajectories" / f"step_{step:05d}.jsonl"))
+        ta = [m.token_ids for t in a for m in t.messages if m.role == "assistant"]
+        assert ta and ta == [m.token_ids for t in b for m in t.messages if m.role == "assistant"]
+    rows = [json.loads(x) for x in (tmp_path / "vllm" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1.0, 2.0]
+    # The server's logprobs are the trainer's own (same weights): the recomputed ones agree.
+    assert all(r["actor/rollout_logprob_diff"] < 1e-4 for r in rows)
+    assert all(r["actor/grad_norm"] > 0 for r in rows)  # the weights did change at every step
+    for x, y in zip(vllm_run.model.state_dict().values(), hf_run.model.state_dict().values(), strict=True):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+    moved = any(
+        not torch.equal(x, y)
+        for x, y in zip(vllm_run.model.state_dict().values(), srv.base.state_dict().values(), strict=True)
+    )
+    assert not moved  # the server serves the final weights
+
+
+def test_wrong_server_version_stops_the_run_with_a_clear_error(tmp_path, fake):
+    srv = fake(model=build_tiny_model(32, TINY_SPEC), version="0.8.5")
+    over = {"rollout.engine": "vllm", "vllm.base_url": srv.url, "vllm.sync": "none", "steps": 1}
+    cfg = _cfg(tmp_path / "run", **{k: v for k, v in over.items() if k != "steps"})
+    cfg.steps, cfg.sft_steps = 1, 0
+    with pytest.raises(ConfigError, match=r"vLLM 0\.8\.5 is not supported.*vllm>=0\.10\.2"):
+        Trainer(cfg, progress=False).run()
+
+
+def test_lora_sync_mode_needs_a_lora_policy(tmp_path, fake):
+    srv = fake(model=build_tiny_model(32, TINY_SPEC))
+    cfg = _cfg(tmp_path / "run", **{"rollout.engine": "vllm", "vllm.base_url": srv.url, "vllm.sync": "lora"})
+    cfg.sft_steps = 0
+    with pytest.raises(ConfigError, match="lora_rank"):
+        Trainer(cfg, progress=False).run()
