@@ -116,3 +116,15 @@ def test_maps_hand_over_the_record_and_exclude_judge_errors():
     assert skyrl_generator_output([bad])["loss_masks"] == [[0] * len(r.loss_mask)]
     assert trl_rollout_fields([bad])["agentrl_reward"] == [None]
     assert np.isclose(s["rollout_metrics"]["agentrl/policy_tokens"], sum(r.loss_mask))
+
+
+def test_importing_the_package_imports_no_engine():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agentrl.integrations as i; "
+        "print(sorted(m for m in ('verl', 'trl', 'skyrl_gym', 'skyrl', 'datasets', 'vllm') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
