@@ -220,3 +220,14 @@ def test_every_piece_of_model_and_user_text_is_escaped(run_copy, tmp_path):
     spans = TOKEN.findall(body)
     assert len([s for s in spans if s[0] not in ("m", "u")]) > 10
     assert "&lt;script&gt;" in body and "<script>" not in body
+
+
+def test_moving_mean_and_ticks():
+    from agentrl.explain.report.charts import nice_ticks
+    from agentrl.explain.report.page import _moving_mean
+
+    assert _moving_mean([1.0, 2.0, 3.0, None, 5.0], 2) == [1.0, 1.5, 2.5, None, 5.0]
+    assert nice_ticks(0, 0.62) == [0.0, 0.2, 0.4, 0.6, 0.8]
+    assert nice_ticks(-1.5, 1.47) == [-2.0, -1.0, 0.0, 1.0, 2.0]
+    assert nice_ticks(1, 2, 6, integer=True) == [1.0, 2.0]
+    assert nice_ticks(3, 3) == [2.6, 2.8, 3.0, 3.2, 3.4]  # a flat series still gets a range

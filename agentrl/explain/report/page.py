@@ -62,6 +62,15 @@ def _series(rows: list[dict[str, Any]], key: str, x_key: str = "step") -> tuple[
     return xs, ys
 
 
+def _moving_mean(ys: list[Any], w: int) -> list[float | None]:
+    """Trailing mean over the last ``w`` finite values (fewer at the start); None where y is None."""
+    out: list[float | None] = []
+    for i, y in enumerate(ys):
+        window = [v for v in ys[max(0, i - w + 1) : i + 1] if v is not None and math.isfinite(v)]
+        out.append(sum(window) / len(window) if y is not None and window else None)
+    return out
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if math.isfinite(v) else str(v)
@@ -107,6 +116,10 @@ def _curves(run: RunData) -> str:
     charts = []
     for title, keys, y_label in CHART_GROUPS:
         series = [(k, *_series(run.metrics, k)) for k in keys]
+        if title == "Reward" and len(series[0][1]) >= 10:  # the noisy per-step mean, smoothed
+            xs, ys = series[0][1], series[0][2]
+            w = max(2, len(xs) // 10)
+            series.insert(1, (f"{keys[0]}, moving mean of {w}", xs, _moving_mean(ys, w)))
         y_range = (0.0, 1.0) if keys == ("env/answered/frac",) else None
         charts.append(line_chart(title, series, y_label=y_label, y_range=y_range))
     if run.sft:
