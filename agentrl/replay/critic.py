@@ -41,6 +41,11 @@ def load_critic(path: str | Path) -> Any:
         state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
     except Exception as e:  # a truncated or foreign file
         raise ConfigError(f"--critic {file}: not a checkpoint: {e}") from None
+    if isinstance(state, dict) and state.get("sharded"):
+        raise ConfigError(
+            f"--critic {file}: a sharded (FSDP) checkpoint; its critic lives in shards under "
+            f"{file.parent / 'sharded'}, which explain cannot read"
+        )
     if not isinstance(state, dict) or "critic" not in state:
         raise ConfigError(f"--critic {file}: the checkpoint has no critic (was the run PPO?)")
     sd: dict[str, torch.Tensor] = state["critic"]

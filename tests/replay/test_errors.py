@@ -35,6 +35,18 @@ def test_missing_files(tmp_path, capsys, recorded, tok_dir):
     assert "cannot load a tokenizer" in _fails(capsys, "explain", traj, "--tokenizer", tmp_path)
 
 
+def test_checkpoints_without_a_usable_critic(recorded, tmp_path, capsys, tok_dir):
+    from agentrl.train.checkpoint import save_checkpoint
+
+    traj = recorded[0]
+    save_checkpoint(tmp_path / "grpo", 1, {"model": {}, "config": {"model": {"path": "tiny:"}}})
+    err = _fails(capsys, "explain", traj, "--tokenizer", tok_dir, "--critic", tmp_path / "grpo")
+    assert "has no critic (was the run PPO?)" in err
+    save_checkpoint(tmp_path / "fsdp", 1, {"sharded": True, "config": {}})
+    err = _fails(capsys, "explain", traj, "--tokenizer", tok_dir, "--critic", tmp_path / "fsdp")
+    assert "sharded (FSDP) checkpoint" in err
+
+
 def test_bad_index(recorded, capsys):
     err = _fails(capsys, "explain", recorded[0], "--index", "6")
     assert "--index 6" in err and "holds 6 trajectories" in err and "0..5" in err
