@@ -162,7 +162,8 @@ class ResearchGenerator:
                 self.expander,
                 generate,
                 task=task_id,
-                seed=int(extras[k].get("seed", k)),
+                # Samples of one prompt (SkyRL repeats the row) get seeds of their own.
+                seed=int(extras[k].get("seed", k)) * 1000 + int(getattr(tid, "repetition_id", 0) or 0),
                 episode_id=f"{task_id}#{session}",
                 max_new_tokens=self.settings.max_new_tokens,
                 max_completion_tokens=self.max_completion_tokens,
