@@ -43,7 +43,9 @@ class RunLog:
             f.write(json.dumps({"sft/step": k, "sft/loss": loss}) + "\n")
 
     def start(self, cfg: Any, progress: bool) -> None:
-        """Open the progress bar and the optional TensorBoard / W&B writers."""
+        """Write the resolved ``config.json``; open the progress bar and the optional TensorBoard /
+        W&B writers."""
+        (self.out / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
         if cfg.log_tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter

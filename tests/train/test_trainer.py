@@ -64,6 +64,7 @@ def test_train_writes_metrics_trajectories_checkpoints_and_summary(tmp_path, alg
     assert (out / "checkpoints" / "step_00002" / "state.pt").exists()
     assert (out / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert TrainConfig.model_validate(json.loads((out / "config.json").read_text())) == cfg
     assert summary["steps"] == 2 and "reward_gain" in summary
     _check_token_stats(out, trajs, algo)
 
