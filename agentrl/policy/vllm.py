@@ -200,7 +200,9 @@ class VLLMClient:
             "max_tokens": int(max_tokens),
             "temperature": float(temperature),
             "top_p": float(top_p),
-            "logprobs": 0,  # the sampled token's own logprob, no alternatives
+            # token_logprobs holds the sampled token's own logprob; 1 rather than 0 because some
+            # vLLM versions answered logprobs=0 with no logprobs at all (vllm-project/vllm#3707).
+            "logprobs": 1,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
             "stop_token_ids": sorted(int(i) for i in stop_ids),

@@ -43,7 +43,7 @@ def test_generation_is_exactly_what_the_sampler_drew(fake, tok, model):
     (_, path, body) = srv.calls[-1]
     assert path == "/v1/completions"
     assert body["prompt"] == prompt and body["max_tokens"] == 12 and body["seed"] == 11
-    assert body["return_token_ids"] is True and body["logprobs"] == 0
+    assert body["return_token_ids"] is True and body["logprobs"] == 1
     assert body["stop_token_ids"] == sorted(stop) and body["temperature"] == 0.7
 
 

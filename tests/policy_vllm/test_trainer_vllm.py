@@ -95,3 +95,12 @@ def test_lora_sync_mode_needs_a_lora_policy(tmp_path, fake):
     cfg.sft_steps = 0
     with pytest.raises(ConfigError, match="lora_rank"):
         Trainer(cfg, progress=False).run()
+
+
+def test_the_gpu_example_config_is_valid():
+    from pathlib import Path
+
+    from agentrl.train import load_train_config
+
+    cfg = load_train_config(Path(__file__).parents[2] / "examples" / "gpu" / "vllm-grpo.yaml")
+    assert cfg.rollout.engine == "vllm" and cfg.vllm.sync == "full" and cfg.vllm.served_model == "policy"
