@@ -22,7 +22,8 @@ def _mask(ep: Episode) -> list[int]:
 def verl_output_fields(ep: Episode) -> dict[str, Any]:
     """The keyword arguments of verl's ``AgentLoopOutput`` (without ``metrics``) for one episode.
 
-    ``prompt_ids`` ``[P]``; ``response_ids``, ``response_mask``, ``response_logprobs`` ``[C]``;
+    ``prompt_ids`` ``[P]``; ``response_ids``, ``response_mask``, ``response_logprobs`` ``[C]`` (None
+    when the engine gave no logprobs);
     ``reward_score`` (verl writes it on the last response token, which is our last policy token);
     ``num_turns`` counts messages (user, assistant, tool), as verl does. ``extra_fields`` keeps what
     verl has no slot for: our per-token scores (per-turn rewards included), turn ids, which
@@ -33,7 +34,9 @@ def verl_output_fields(ep: Episode) -> dict[str, Any]:
         "prompt_ids": list(r.prompt_ids),
         "response_ids": list(r.completion_ids),
         "response_mask": _mask(ep),
-        "response_logprobs": list(r.rollout_logprobs),
+        # None when the server returned no logprobs (rollout.calculate_log_probs off): zeros would
+        # read as probability-1 samples in verl's rollout corrections.
+        "response_logprobs": list(r.rollout_logprobs) if any(r.logprobs_known) else None,
         "reward_score": 0.0 if ep.reward is None else float(ep.reward),
         "num_turns": len(ep.trajectory.messages),
         "extra_fields": {

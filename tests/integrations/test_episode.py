@@ -128,3 +128,16 @@ def test_importing_the_package_imports_no_engine():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_engine_without_logprobs_hands_over_none_to_verl():
+    import dataclasses
+
+    class NoLogprobs(OracleEngine):
+        async def generate(self, prompt_ids, max_tokens):
+            return dataclasses.replace(await super().generate(prompt_ids, max_tokens), logprobs=None)
+
+    ep = _episode(NoLogprobs(tasks()), tasks()[0])
+    assert not any(ep.record.logprobs_known) and set(ep.record.rollout_logprobs) == {0.0}
+    assert verl_output_fields(ep)["response_logprobs"] is None
+    assert ep.reward > 0
