@@ -104,3 +104,24 @@ def test_the_gpu_example_config_is_valid():
 
     cfg = load_train_config(Path(__file__).parents[2] / "examples" / "gpu" / "vllm-grpo.yaml")
     assert cfg.rollout.engine == "vllm" and cfg.vllm.sync == "full" and cfg.vllm.served_model == "policy"
+
+
+def test_lora_run_hot_swaps_the_adapter_after_each_update(tmp_path, fake):
+    cfg = _cfg(tmp_path / "run", **{"rollout.engine": "vllm", "vllm.sync": "lora", "model.lora_rank": 4})
+    cfg.steps = 1
+    t = Trainer(cfg, progress=False)
+    t.setup()
+    # The server serves the same base model the trainer built (same spec, vocabulary and seed).
+    srv = fake(model=build_tiny_model(len(t.tokenizer), TINY_SPEC, seed=cfg.seed), served_name=cfg.model.path)
+    cfg.vllm.base_url = srv.url
+    t.warm_start()
+    m = t.train_step()
+    assert srv.routes() == [
+        "POST /v1/load_lora_adapter",
+        "POST /v1/load_lora_adapter",
+        "POST /v1/unload_lora_adapter",
+    ]
+    gens = [b["model"] for _, p, b in srv.calls if p == "/v1/completions"]
+    assert gens and set(gens) == {"agentrl-policy-step00000"}  # the adapter loaded before the rollout
+    assert m["actor/rollout_logprob_diff"] < 1e-4  # the served adapter is the trainer's
+    assert list(srv.adapters) == ["agentrl-policy-step00001"] and t._vllm_engine.served_model in srv.adapters
