@@ -4,10 +4,13 @@ either ``ok`` with exactly its correct score or ``judge_error`` with a null tota
 The default run judges 200 trajectories in-process (``score_trajectories``, the function
 ``agentrl judge`` calls, with short backoffs); the 1,000-episode run through the real CLI is
 ``python -m tests.bench.reliability`` or ``AGENTRL_RELIABILITY=1 pytest -m slow tests/robustness``.
+``agentrl rollout --judge-model`` (the oracle on a sandbox with an LLM criterion) meets the same
+server in the last test.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -75,3 +78,54 @@ def test_a_corrupt_verdict_cache_is_one_line_error_not_a_traceback(tmp_path, gar
     assert (
         proc.stderr.strip().count("\n") == 0 and f"{cache}: cannot use it as the verdict cache" in proc.stderr
     )
+
+
+def test_rollout_with_a_flaky_judge_writes_every_episode_once_scored_or_judge_error(tmp_path):
+    """``agentrl rollout --judge-model`` (oracle on a sandbox whose rubrics have an LLM criterion)
+    against the flaky judge. Its judge keeps the default 120 s timeout, so no hang faults here."""
+    import subprocess
+    import sys
+    from collections import Counter
+
+    from agentrl.env.sandbox import build
+    from agentrl.judge import parse_rubric
+    from agentrl.judge.graders import grade_criterion
+    from agentrl.trajectory import read_trajectories
+    from tests.robustness.flaky_judge import ROOT
+
+    suite, out = tmp_path / "suite", tmp_path / "trajectories.jsonl"
+    build(suite, seed=5, companies=3, llm_criteria=True)
+    env = {**os.environ, "AGENTRL_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    with FlakyJudgeServer(failure_rate=0.3, faults=[f for f in FAULTS if f != "timeout"], seed=1) as server:
+        cmd = [
+            sys.executable, "-m", "agentrl", "rollout", "--suite", str(suite), "--policy", "oracle",
+            "--noise", "0.4", "--judge-model", "flaky", "--judge-api-base", server.url, "--out", str(out),
+            "--no-progress",
+        ]  # fmt: skip
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        faults = Counter(r["fault"] for r in server.requests)
+    trajs = list(read_trajectories(out))
+    assert len(trajs) == 33 and len({t.id for t in trajs}) == 33
+    assert sum(v for k, v in faults.items() if k) > 0
+    status = Counter()
+    for t in trajs:
+        r = t.reward
+        status[r.status] += 1
+        if r.status == "judge_error":
+            assert r.total is None and r.error
+            continue
+        # The fake judge finds no backticked phrase in the LLM criterion: Not Satisfied, score 0.
+        rubric = parse_rubric(t.info["rubric"])
+        assert rubric.aggregation == "weighted_sum"
+        report = t.final_report()
+        expected = sum(
+            c.weight * grade_criterion(c, report, rubric.mapping).score
+            for c in rubric.criteria
+            if not c.is_llm
+        )
+        assert [c.verdict for c in r.criteria if c.grader == "llm"] == ["Not Satisfied"]
+        assert abs(r.total - expected) < 1e-9, (t.id, r.total, expected)
+    assert status["ok"] >= 25, status
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["judge_errors"] == status["judge_error"] and summary["scored"] == status["ok"]
