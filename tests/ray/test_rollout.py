@@ -35,28 +35,33 @@ def _cli(argv: list[str], capsys) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def test_cli_ray_gives_the_asyncio_trajectories_live_and_from_a_recorded_cache(
+def test_cli_ray_replaying_a_recorded_cache_gives_the_asyncio_trajectories(
     ray_cluster, small_suite, tmp_path, capsys
 ):
     common = ["rollout", "--suite", str(small_suite), "--noise", "0.5", "-n", "2", "--limit", "4"]
-    common += ["--seed", "3", "--concurrency", "4", "--no-progress"]
-    ray = ["--ray", "--cache-path", str(tmp_path / "tools.sqlite")]
-    a = _cli([*common, "--out", str(tmp_path / "a.jsonl")], capsys)
-    # Two worker processes recording into one sqlite file, then one replaying from it.
-    b = _cli(
-        [*common, "--out", str(tmp_path / "b.jsonl"), *ray, "--ray-workers", "2", "--cache", "record"], capsys
-    )
+    common += [
+        "--seed",
+        "3",
+        "--concurrency",
+        "4",
+        "--no-progress",
+        "--cache-path",
+        str(tmp_path / "tools.sqlite"),
+    ]
+    a = _cli([*common, "--out", str(tmp_path / "a.jsonl"), "--cache", "record"], capsys)
     with sqlite3.connect(tmp_path / "tools.sqlite") as db:
         recorded = db.execute("SELECT COUNT(*) FROM tool_calls").fetchone()[0]
-    c = _cli(
-        [*common, "--out", str(tmp_path / "c.jsonl"), *ray, "--ray-workers", "1", "--cache", "replay"], capsys
+    # Two worker processes replaying from the file: any call not recorded would be a tool error.
+    b = _cli(
+        [*common, "--out", str(tmp_path / "b.jsonl"), "--cache", "replay", "--ray", "--ray-workers", "2"],
+        capsys,
     )
-    assert a["episodes"] == b["episodes"] == c["episodes"] == 8 and b["failed"] == c["failed"] == 0
-    assert a["mean_reward"] == b["mean_reward"] == c["mean_reward"]
+    assert a["episodes"] == b["episodes"] == 8 and b["failed"] == 0 and b["errors"] == 0
+    assert a["mean_reward"] == b["mean_reward"]
     ta = by_id(tmp_path / "a.jsonl")
-    assert ta == by_id(tmp_path / "b.jsonl") == by_id(tmp_path / "c.jsonl")
+    assert ta == by_id(tmp_path / "b.jsonl")
     assert len({t["reward"]["total"] for t in ta.values()}) > 1  # noise 0.5: not all the same episode
-    assert recorded > 0 and recorded <= sum(t["info"]["tool_calls"] for t in ta.values())
+    assert 0 < recorded <= sum(t["info"]["tool_calls"] for t in ta.values())
     assert ray_cluster.is_initialized()  # a running Ray is reused and left running
 
 
