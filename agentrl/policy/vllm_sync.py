@@ -166,7 +166,15 @@ class WeightSync:
             shutil.rmtree(path)
         model.save_pretrained(str(path))
         name = f"{self.lora_name}-step{step:05d}"
-        self._call("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
+        load = {"lora_name": name, "lora_path": str(path.resolve())}
+        try:
+            self._call("POST", "/v1/load_lora_adapter", load)
+        except VLLMError as e:
+            if "HTTP 400" not in str(e) or "already" not in str(e):
+                raise
+            # A resumed run meets the adapter it loaded before it stopped: replace it.
+            self._call("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+            self._call("POST", "/v1/load_lora_adapter", load)
         old, old_dir = self.served_model, self._lora_dir
         self.served_model, self._lora_dir = name, path
         if old_dir is not None:  # a previously loaded adapter, not the base model

@@ -162,3 +162,22 @@ def test_none_makes_no_call(fake, tok):
     srv = fake(model=m)
     assert WeightSync("none", srv.url, "policy").push(m, 3) == "policy"
     assert srv.calls == []
+
+
+def test_a_resumed_lora_run_replaces_the_adapter_of_the_same_version(fake, tok, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    base = build_tiny_model(len(tok), TINY_SPEC, seed=1)
+    srv = fake(model=copy.deepcopy(base), served_name="base")
+    policy = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    WeightSync("lora", srv.url, "base", sync_dir=tmp_path / "a").push(policy, 3)
+    _nudge(policy, 1)
+    # A new trainer process (resumed at step 3) pushes the same version again.
+    name = WeightSync("lora", srv.url, "base", sync_dir=tmp_path / "b").push(policy, 3)
+    assert srv.routes()[1:] == [
+        "POST /v1/load_lora_adapter",
+        "POST /v1/unload_lora_adapter",
+        "POST /v1/load_lora_adapter",
+    ]
+    prompt = tok.encode("a b")
+    assert _served_sample(srv.url, name, prompt).token_ids == _local_sample(policy.eval(), prompt).token_ids
