@@ -120,7 +120,9 @@ async def run_rollout_ray(
     started = ensure_ray(address)
     actors: list[Any] = []
     try:
-        pool = start_actors(ray, EpisodeWorker, (config, policy_factory), workers, "Ray env workers")
+        pool = await asyncio.to_thread(  # waits for the actors: keep the event loop free meanwhile
+            start_actors, ray, EpisodeWorker, (config, policy_factory), workers, "Ray env workers"
+        )
         actors += pool
         judge = None
         if judge_model:
