@@ -15,6 +15,7 @@ import json
 import math
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -424,7 +425,9 @@ class Trainer:
                     update_critic(self.critic, self.critic_opt, batch, a, norm=r.max_len,
                                   grad_clip=cfg.optim.grad_clip, generator=gen)
                 )  # fmt: skip
-            self.sched.step()
+            with warnings.catch_warnings():  # the optimiser skips steps with no signal (zero gradient)
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+                self.sched.step()
             if r.engine == "vllm":  # rank 0 pushes the new weights; every rank waits for it
                 from agentrl.train.vllm_episodes import vllm_engine
 
