@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from agentrl.trajectory import Message
 
 __all__ = ["ParseError", "ParsedCall", "ParsedTurn", "parse_turn"]
@@ -102,7 +104,13 @@ def parse_turn(action: str | Message | dict[str, Any], *, turn_index: int = 0) -
     if isinstance(action, dict):
         try:
             action = Message.model_validate({"role": "assistant", **action})
-        except Exception as e:  # a malformed message dict is the policy's fault, not ours
+        except ValidationError as e:  # a malformed message dict is the policy's fault, not ours
+            err = e.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in err["loc"]) or "message"
+            return ParsedTurn(
+                errors=[ParseError(f"the action is not a valid assistant message: {where}: {err['msg']}")]
+            )
+        except Exception as e:
             return ParsedTurn(errors=[ParseError(f"the action is not a valid assistant message: {e}")])
     if isinstance(action, Message):
         if action.tool_calls:

@@ -238,3 +238,6 @@ def test_a_message_dict_with_broken_tool_calls_is_a_format_error_not_a_final_ans
     assert not terminated and not truncated and reward == 0.0
     assert info["format_errors"] == 1 and obs.startswith("Error:")
     assert env.report is None
+    # the model is told which field is wrong, in one line, without pydantic's help URLs
+    first = obs.splitlines()[0]
+    assert "tool_calls" in first and "errors.pydantic.dev" not in obs
