@@ -72,13 +72,15 @@ class VLLMNcclTransport:
         pg = StatelessProcessGroup.create(
             host=master_address, port=master_port, rank=0, world_size=world_size
         )
-        self.group = PyNcclCommunicator(pg, device=self.device or torch.device("cuda"))
+        self.device = self.device or torch.device("cuda")
+        self.group = PyNcclCommunicator(pg, device=self.device)
 
     def broadcast(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
 
+        device = self.device
         NCCLWeightTransferEngine.trainer_broadcast_weights(
-            iterator=iter(named_tensors), group=self.group, packed=self.packed
+            iterator=((n, t.to(device)) for n, t in named_tensors), group=self.group, packed=self.packed
         )
 
 
@@ -146,15 +148,16 @@ class WeightSync:
             return {}
 
     # ---- the three transports ----------------------------------------------------------------------
-    def push(self, model: Any, step: int) -> str:
+    def push(self, model: Any, step: int, state_dict: dict[str, Any] | None = None) -> str:
         """Make the server serve ``model``'s current weights (version ``step``); returns the served
-        model name generation must use from now on."""
+        model name generation must use from now on. ``state_dict`` (full, unsharded tensors)
+        replaces the model's own parameters, for models whose parameters are shards (FSDP)."""
         if self.mode == "lora":
             self._push_lora(model, step)
         elif self.mode == "full":
-            self._push_full(model)
+            self._push_full(model, state_dict)
         elif self.mode == "nccl":
-            self._push_nccl(model, step)
+            self._push_nccl(model, step, state_dict)
         return self.served_model
 
     def _push_lora(self, model: Any, step: int) -> None:
@@ -182,24 +185,24 @@ class WeightSync:
             if old_dir != path:
                 shutil.rmtree(old_dir, ignore_errors=True)
 
-    def _push_full(self, model: Any) -> None:
+    def _push_full(self, model: Any, state_dict: dict[str, Any] | None) -> None:
         if hasattr(model, "peft_config"):
             raise ConfigError("vllm.sync: full reloads whole models; a LoRA policy syncs with sync: lora")
         assert self.sync_dir is not None
         self.sync_dir.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(self.sync_dir), safe_serialization=True)
+        model.save_pretrained(str(self.sync_dir), state_dict=state_dict, safe_serialization=True)
         if self.tokenizer is not None and not self._saved_tokenizer:
             self.tokenizer.save_pretrained(str(self.sync_dir))
             self._saved_tokenizer = True
         self._call("POST", "/collective_rpc", {"method": "reload_weights"})
         self._call("POST", "/reset_prefix_cache")
 
-    def _push_nccl(self, model: Any, step: int) -> None:
+    def _push_nccl(self, model: Any, step: int, state_dict: dict[str, Any] | None) -> None:
         if hasattr(model, "peft_config"):
             raise ConfigError("vllm.sync: nccl sends whole models; a LoRA policy syncs with sync: lora")
         if self.transport is None:
             self.transport = VLLMNcclTransport()
-        params = list(model.named_parameters())
+        params = list(state_dict.items()) if state_dict is not None else list(model.named_parameters())
         if not self._nccl_ready:
             size = self._call("GET", "/get_world_size")
             world = int(size["world_size"]) + 1  # the vLLM workers and the trainer (rank 0)

@@ -162,9 +162,23 @@ class VLLMEngine:
         return asyncio.run(go())
 
     def sync(self, model: Any, step: int) -> None:
-        """Push ``model``'s weights from rank 0; every rank then uses the served name rank 0 reports."""
-        name = self.weights.push(model, step) if is_main() else None
+        """Push ``model``'s weights from rank 0; every rank then uses the served name rank 0 reports.
+        A sharded (FSDP) model is first gathered into a full state dict on rank 0 (a collective)."""
+        state = _full_state_dict(model)
+        name = self.weights.push(model, step, state_dict=state) if is_main() else None
         self.served_model = all_gather_objects(name)[0] or self.served_model
+
+
+def _full_state_dict(model: Any) -> dict[str, Any] | None:
+    """FSDP: the unsharded state dict, on rank 0's CPU (empty on the other ranks); otherwise None
+    (the model's own parameters are whole)."""
+    from agentrl.train.fsdp import is_sharded
+
+    if not is_sharded(model):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def vllm_engine(trainer: Any) -> VLLMEngine:

@@ -14,36 +14,14 @@ from agentrl.errors import ConfigError
 from agentrl.train import TrainConfig, Trainer
 from agentrl.train.models import build_tiny_model
 from agentrl.trajectory import read_trajectories
-from tests.policy_vllm.conftest import TINY_SPEC
-
-BASE = {
-    "model": {"path": TINY_SPEC, "tokenizer_vocab_size": 600},
-    "rollout": {
-        "tasks_per_step": 2,
-        "group_size": 2,
-        "max_turns": 2,
-        "max_new_tokens": 8,
-        "max_len": 2048,
-        "env": {"search_k": 2, "page_chars": 300, "system_prompt": "Today is {date}. Tools: {tools}"},
-    },
-    # Untrained policies earn no reward; the entropy bonus gives every update a gradient.
-    "algorithm": {"mini_batch_size": 2, "micro_batch_tokens": 4096, "entropy_coef": 0.01},
-    "optim": {"lr": 1e-2},
-    "steps": 2,
-    "sft_steps": 0,
-}
+from tests.policy_vllm.conftest import TINY_SPEC, base_config
 
 
 def _cfg(out, **over) -> TrainConfig:
-    data = json.loads(json.dumps(BASE))
-    data["output_dir"] = str(out)
-    for key, value in over.items():
-        section, _, field = key.partition(".")
-        data.setdefault(section, {})[field] = value
-    return TrainConfig.model_validate(data)
+    return base_config(out, **over)
 
 
-def test_vllm_engine_run_matches_the_hf_engine(tmp_path, fake):
+def test_vllm_engine_run_matches_the_hf_engine(tmp_path, fake, hf_run):
     # The server starts on placeholder weights (another vocabulary): it can only sample the
     # policy's tokens if the trainer's first sync reached it.
     srv = fake(model=build_tiny_model(32, TINY_SPEC, seed=9), model_dir=tmp_path / "serve")
@@ -51,8 +29,7 @@ def test_vllm_engine_run_matches_the_hf_engine(tmp_path, fake):
     over |= {"vllm.sync": "full", "vllm.sync_dir": str(tmp_path / "serve")}
     vllm_run = Trainer(_cfg(tmp_path / "vllm", **over), progress=False)
     vllm_run.run()
-    hf_run = Trainer(_cfg(tmp_path / "hf"), progress=False)
-    hf_run.run()
+    hf_trainer, hf_out = hf_run
 
     sync = ["POST /collective_rpc", "POST /reset_prefix_cache"]
     assert srv.routes() == sync * 3  # the warm-started weights, then after each of the 2 updates
@@ -63,7 +40,7 @@ def test_vllm_engine_run_matches_the_hf_engine(tmp_path, fake):
     assert paths[:first_gen] == ["/version", "/collective_rpc", "/reset_prefix_cache"]
     for step in (1, 2):
         a = list(read_trajectories(tmp_path / "vllm" / "trajectories" / f"step_{step:05d}.jsonl"))
-        b = list(read_trajectories(tmp_path / "hf" / "trajectories" / f"step_{step:05d}.jsonl"))
+        b = list(read_trajectories(hf_out / "trajectories" / f"step_{step:05d}.jsonl"))
         ta = [m.token_ids for t in a for m in t.messages if m.role == "assistant"]
         assert ta and ta == [m.token_ids for t in b for m in t.messages if m.role == "assistant"]
     rows = [json.loads(x) for x in (tmp_path / "vllm" / "metrics.jsonl").read_text().splitlines()]
@@ -71,7 +48,9 @@ def test_vllm_engine_run_matches_the_hf_engine(tmp_path, fake):
     # The server's logprobs are the trainer's own (same weights): the recomputed ones agree.
     assert all(r["actor/rollout_logprob_diff"] < 1e-4 for r in rows)
     assert all(r["actor/grad_norm"] > 0 for r in rows)  # the weights did change at every step
-    for x, y in zip(vllm_run.model.state_dict().values(), hf_run.model.state_dict().values(), strict=True):
+    for x, y in zip(
+        vllm_run.model.state_dict().values(), hf_trainer.model.state_dict().values(), strict=True
+    ):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
     moved = any(
         not torch.equal(x, y)
