@@ -117,10 +117,11 @@ def _synthetic_run(root):
     full, none = "Fully Satisfied", "Not Satisfied"
     step1 = [
         _traj("a#0", 1, 1.0, [("acc", 1.0, 1.0, full), ("rumor", 0.0, -1.0, none)], [ok, ok, bad], 0.01, 2,
-              format_errors=1, tool_calls=3),
+              format_errors=1, tool_calls=3, rubric={"criteria": [{"id": "acc", "text": "Gives figure A."}]}),
         _traj("a#1", 1, 0.0, [("acc", 0.0, 1.0, none), ("rumor", 1.0, -1.0, full)], [ok], 0.02, 2, tool_calls=1),
     ]  # fmt: skip
-    step2 = [_traj("b#0", 2, 1.0, [("acc", 1.0, 1.0, full)], [], 0.005, 1, tool_calls=0)]
+    rubric_b = {"criteria": [{"id": "acc", "text": "Gives figure B."}]}
+    step2 = [_traj("b#0", 2, 1.0, [("acc", 1.0, 1.0, full)], [], 0.005, 1, tool_calls=0, rubric=rubric_b)]
     write_trajectories(root / "trajectories" / "step_00001.jsonl", step1)
     write_trajectories(root / "trajectories" / "step_00002.jsonl", step2)
     rows = [
@@ -155,6 +156,11 @@ def test_step_statistics_count_criteria_judge_cost_and_tools(tmp_path):
     assert chart
     assert "[… 5,000 more characters not shown]" in html  # a 25,000-character message, cut
     assert html.count("Tokens not coloured: no tokenizer at") == 3
+    # one criterion id, two rubrics with two texts: the summary says so, each verdict shows its own
+    assert "2 texts in the run's rubrics, e.g. “Gives figure A.”" in "".join(page.text)
+    verdicts = {h3: body for _, _, h3, body in ARTICLE.findall(html)}
+    assert "Gives figure B." in verdicts["b#0"] and "Gives figure A." not in verdicts["b#0"]
+    assert "Gives figure A." in verdicts["a#0"]
     assert "acc at step 1: 0.5" in html and "acc at step 2: 1" in html and "rumor at step 1: 0.5" in html
 
 

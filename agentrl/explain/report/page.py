@@ -144,7 +144,10 @@ def _criteria(run: RunData) -> str:
         )
     series, rows = [], []
     for cid in ids:
-        kind, text = run.criteria.get(cid, ("positive", ""))
+        kind, texts = run.criteria.get(cid, ("positive", []))
+        text = texts[0] if len(texts) == 1 else ""
+        if len(texts) > 1:
+            text = f"{len(texts)} texts in the run's rubrics, e.g. “{texts[0]}”"
         rates = []
         for s in steps:
             met, graded = run.stats[s].criteria.get(cid, [0, 0])
@@ -265,7 +268,6 @@ def _browser(run: RunData, steps: list[int], max_trajectories: int, source: Toke
                 row=row,
                 row_note=why,
                 scale=scale,
-                criteria_text=run.criteria,
             )
         )
         reward = "–" if t.reward is None or t.reward.total is None else f"{t.reward.total:.3g}"

@@ -20,7 +20,7 @@ from typing import Any
 from agentrl.errors import ConfigError
 from agentrl.trajectory import Trajectory, read_trajectories
 
-__all__ = ["RunData", "StepStats", "load_run", "parse_steps", "sample_trajectories"]
+__all__ = ["RunData", "StepStats", "load_run", "parse_steps", "rubric_texts", "sample_trajectories"]
 
 #: Counters the env keeps in ``Trajectory.info``, summed over a step.
 ENV_COUNTERS = (
@@ -93,8 +93,9 @@ class RunData:
     sft: list[dict[str, Any]]
     summary: dict[str, Any]
     stats: dict[int, StepStats]
-    #: criterion id → (kind, text), from the rubrics stored in ``info.rubric`` and the verdicts
-    criteria: dict[str, tuple[str, str]]
+    #: criterion id → (kind, its distinct texts), from the rubrics in ``info.rubric`` and the verdicts;
+    #: one id (``accuracy``, say) can have a different text in each task's rubric
+    criteria: dict[str, tuple[str, list[str]]]
     trajectory_files: dict[int, Path]
     token_files: dict[int, Path]
 
@@ -146,7 +147,7 @@ def load_run(run_dir: Path | str) -> RunData:
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path / 'summary.json'}: not valid JSON: {e}") from None
     stats: dict[int, StepStats] = {}
-    criteria: dict[str, tuple[str, str]] = {}
+    criteria: dict[str, tuple[str, list[str]]] = {}
     for step in sorted(traj_files):
         s = stats[step] = StepStats(step)
         for t in read_trajectories(traj_files[step]):
@@ -164,15 +165,27 @@ def load_run(run_dir: Path | str) -> RunData:
     )
 
 
-def _collect_criteria(t: Trajectory, out: dict[str, tuple[str, str]]) -> None:
+def rubric_texts(t: Trajectory) -> dict[str, tuple[str, str]]:
+    """Criterion id → (kind, text) from the trajectory's own rubric (``info.rubric``), if it has one."""
     rubric = t.info.get("rubric")
+    out: dict[str, tuple[str, str]] = {}
     if isinstance(rubric, dict):
         for c in rubric.get("criteria") or []:
-            if isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"] not in out:
-                kind = c.get("kind") or ("negative" if float(c.get("weight", 1) or 0) < 0 else "positive")
+            if isinstance(c, dict) and isinstance(c.get("id"), str):
+                weight = c.get("weight", 1)
+                negative = isinstance(weight, int | float) and weight < 0
+                kind = c.get("kind") or ("negative" if negative else "positive")
                 out[c["id"]] = (str(kind), str(c.get("text", "")))
+    return out
+
+
+def _collect_criteria(t: Trajectory, out: dict[str, tuple[str, list[str]]]) -> None:
+    for cid, (kind, text) in rubric_texts(t).items():
+        texts = out.setdefault(cid, (kind, []))[1]
+        if text and text not in texts:
+            texts.append(text)
     for c in t.reward.criteria if t.reward else []:
-        out.setdefault(c.id, (c.kind, ""))
+        out.setdefault(c.id, (c.kind, []))
 
 
 def parse_steps(spec: str | None, available: list[int], default_count: int = 6) -> list[int]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.explain.report.run import rubric_texts
 from agentrl.explain.report.tokens import FIELD_LABELS, TokenRow
 from agentrl.trajectory import Trajectory
 
@@ -138,7 +139,7 @@ def _messages_html(traj: Trajectory, row: TokenRow | None, scale: float) -> str:
     return f'<div class="chat">{"".join(out)}</div>'
 
 
-def _verdicts_html(traj: Trajectory, criteria_text: dict[str, tuple[str, str]]) -> str:
+def _verdicts_html(traj: Trajectory) -> str:
     r = traj.reward
     if r is None:
         return '<p class="note">Not judged (reward is null).</p>'
@@ -153,9 +154,10 @@ def _verdicts_html(traj: Trajectory, criteria_text: dict[str, tuple[str, str]]) 
         head += f'<p class="error">Judge error: {escape(r.error)}</p>'
     if not r.criteria:
         return head
+    own = rubric_texts(traj)  # this task's criterion texts (an id can mean another thing elsewhere)
     rows = []
     for c in r.criteria:
-        text = criteria_text.get(c.id, ("", ""))[1]
+        text = own.get(c.id, ("", ""))[1]
         verdict_cls = {"Fully Satisfied": "full", "Partially Satisfied": "part", "Not Satisfied": "not"}.get(
             c.verdict or "", ""
         )
@@ -180,7 +182,6 @@ def render_trajectory(
     row: TokenRow | None,
     row_note: str | None,
     scale: float,
-    criteria_text: dict[str, tuple[str, str]],
 ) -> str:
     """One ``<article class="traj">``: a header, the colouring note, the chat and the verdicts."""
     info = traj.info
@@ -197,6 +198,6 @@ def render_trajectory(
     return (
         f'<article class="traj" id="{elem_id}" data-step="{step}">'
         f"<h3>{text_html(traj.id)}</h3><p class='facts'>{' · '.join(facts)}</p>{note_html}"
-        f"{_messages_html(traj, row, scale)}<h4>Rubric verdicts</h4>{_verdicts_html(traj, criteria_text)}"
+        f"{_messages_html(traj, row, scale)}<h4>Rubric verdicts</h4>{_verdicts_html(traj)}"
         "</article>"
     )
