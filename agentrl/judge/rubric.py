@@ -362,7 +362,9 @@ def parse_rubric(data: dict[str, Any] | str, source: str = "<inline>") -> Rubric
         raise RubricError(f"{where}: not valid YAML: {e.problem or e.context}") from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow: no mark, but a position
         line, col = data.count("\n", 0, e.position) + 1, e.position - data.rfind("\n", 0, e.position)
-        raise RubricError(f"{source}:{line}:{col}: not valid YAML: {e.reason} (#x{e.character:04x})") from None
+        raise RubricError(
+            f"{source}:{line}:{col}: not valid YAML: {e.reason} (#x{e.character:04x})"
+        ) from None
     except yaml.YAMLError as e:
         raise RubricError(f"{source}: not valid YAML: {e}") from None
     except RecursionError:
