@@ -223,4 +223,9 @@ class VLLMClient:
             raise VLLMError(f"{self.root}/v1/completions: unexpected finish_reason {finish!r}")
         if not self.logprobs_processed and (temperature != 1.0 or top_p < 1.0):
             logprobs = None  # raw model logprobs are not the sampling distribution's
+        reason = choice.get("stop_reason")
+        if finish == "stop" and isinstance(reason, int) and (not ids or ids[-1] != reason):
+            # The stop token was sampled but left out of the ids: put it back (the training row
+            # must hold what the model produced); its logprob is unknown, so the turn's are dropped.
+            ids, logprobs = [*ids, reason], None
         return Generation(ids, logprobs, finish)

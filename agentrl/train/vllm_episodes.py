@@ -75,7 +75,8 @@ async def run_vllm_episodes(
                     seed=turn_seed(job.seed, turn),
                     stop_ids=stops,
                 )
-            text_ids = g.token_ids[:-1] if g.finish_reason == "stop" and g.token_ids else g.token_ids
+            stopped = g.finish_reason == "stop" and g.token_ids and g.token_ids[-1] in stop_ids
+            text_ids = g.token_ids[:-1] if stopped else g.token_ids
             msg = Message(
                 role="assistant",
                 content=tokenizer.decode(text_ids, skip_special_tokens=False),

@@ -13,8 +13,8 @@ the tokens and logprobs of the trainer's HF rollout. The weight routes change wh
 scripted policy (multi-turn tests: an untrained model never calls a tool).
 
 Every request is recorded in ``calls`` as ``(method, path, body)``. Switches emulate servers without
-dev mode (``dev_mode=False``), without runtime LoRA updates, without ``return_token_ids``, and
-older NCCL routes (``nccl_start_finish=False``).
+dev mode (``dev_mode=False``), without runtime LoRA updates, without ``return_token_ids``,
+older NCCL routes (``nccl_start_finish=False``), and ids without the stop token (``drop_stop_token``).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class FakeVLLM:
         nccl_start_finish: bool = True,
         latency_s: float = 0.0,
         script: Any = None,
+        drop_stop_token: bool = False,
     ) -> None:
         self.model_dir = Path(model_dir) if model_dir else None
         self.base = model if model is not None else self._read_dir()
@@ -62,6 +63,7 @@ class FakeVLLM:
         self.nccl_start_finish = nccl_start_finish
         self.latency_s = latency_s
         self.script = script
+        self.drop_stop_token = drop_stop_token
         self.adapters: dict[str, torch.nn.Module] = {}
         self.calls: list[tuple[str, str, Any]] = []
         self.nccl_inbox: queue.Queue[dict[str, torch.Tensor]] = queue.Queue()
@@ -236,6 +238,8 @@ class FakeVLLM:
             "finish_reason": s.finish_reason,
             "stop_reason": s.token_ids[-1] if s.finish_reason == "stop" else None,
         }
+        if self.drop_stop_token and s.finish_reason == "stop":  # a server that leaves it out
+            s = Sample(s.token_ids[:-1], s.logprobs[:-1], "stop")
         if body.get("logprobs") is not None:
             as_ids = body.get("return_tokens_as_token_ids")
             choice["logprobs"] = {

@@ -57,6 +57,15 @@ def test_stop_and_length_finish_reasons(fake, tok, model):
     assert g.finish_reason == "length" and len(g.token_ids) == 5
 
 
+def test_a_stop_token_left_out_of_the_ids_is_put_back(fake, tok, model):
+    srv = fake(model=model, drop_stop_token=True)
+    every = set(range(len(tok)))
+    g = _gen(srv.url, prompt_ids=tok.encode("hello"), max_tokens=8, seed=1, stop_ids=every)
+    (ref,) = sample_batch(model, [tok.encode("hello")], seeds=[1], stop_ids=every, pad_id=0, max_new_tokens=8)
+    assert g.token_ids == ref.token_ids and g.finish_reason == "stop"
+    assert g.logprobs is None  # the stop token's logprob was not reported: the trainer recomputes
+
+
 def test_ids_from_token_id_strings_when_the_server_has_no_return_token_ids(fake, tok, model):
     with_ids = fake(model=model)
     without = fake(model=model, token_ids=False)
