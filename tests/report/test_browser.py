@@ -48,10 +48,12 @@ def _rgb(css: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", css)[:3])
 
 
-def test_report_in_headless_chromium(browser, run_copy, tmp_path):
+def test_report_in_headless_chromium(browser, request, tmp_path):
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
+
+    run_copy = request.getfixturevalue("run_copy")  # only now: a skipped browser costs no training run
 
     add_hostile_trajectory(run_copy)
     page = write_report(run_copy, tmp_path / "report.html", max_trajectories=20)
