@@ -197,10 +197,10 @@ class Trainer:
         saved = self.out / "tokenizer"
         if resume and saved.exists():
             return AutoTokenizer.from_pretrained(saved)
-        if cfg.tokenizer:
-            return AutoTokenizer.from_pretrained(cfg.tokenizer)
-        if not cfg.path.startswith("tiny:"):
-            return AutoTokenizer.from_pretrained(cfg.path)
+        if cfg.tokenizer or not cfg.path.startswith("tiny:"):
+            tok = AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.path)
+            tok.save_pretrained(saved)  # the run directory is self-contained for replay/explain/report
+            return tok
         from agentrl.train.tokenizer import train_chat_tokenizer
 
         data = self.sft_data or collect_oracle_trajectories(
