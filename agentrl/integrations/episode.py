@@ -23,8 +23,8 @@ from typing import Any
 
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
-from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, token_trajectory
-from agentrl.trajectory import Message, RewardBreakdown, Trajectory
+from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, sampled_message, token_trajectory
+from agentrl.trajectory import RewardBreakdown, Trajectory
 
 __all__ = [
     "Episode",
@@ -100,21 +100,6 @@ async def judge_if_needed(trajectory: Trajectory, judge: Any | None) -> None:
     trajectory.info["needs_judge"] = False
 
 
-def _assistant_message(tokenizer: Any, gen: Generation, stop_ids: frozenset[int]) -> Message:
-    ids = list(gen.token_ids)
-    text_ids = ids[:-1] if ids and ids[-1] in stop_ids else ids
-    logprobs = None if gen.logprobs is None else [float(x) for x in gen.logprobs]
-    if logprobs is not None and len(logprobs) != len(ids):
-        raise ValueError(f"the engine returned {len(logprobs)} logprobs for {len(ids)} token ids")
-    return Message(
-        role="assistant",
-        content=tokenizer.decode(text_ids, skip_special_tokens=False),
-        token_ids=ids,
-        logprobs=logprobs,
-        finish_reason=gen.finish_reason,
-    )
-
-
 async def run_episode(
     env: ResearchEnv,
     expander: Expander,
@@ -157,7 +142,7 @@ async def run_episode(
             gen = replace(gen, finish_reason="stop")
         elif gen.finish_reason == "stop":  # stopped on a stop string the expander does not know
             gen = replace(gen, finish_reason="length")
-        msg = _assistant_message(expander.tokenizer, gen, stops)
+        msg = sampled_message(expander.tokenizer, gen.token_ids, gen.logprobs, gen.finish_reason, stops)
         t0 = time.perf_counter()
         _, _, terminated, truncated, _ = await asyncio.to_thread(env.step, msg)
         env_s += time.perf_counter() - t0

@@ -13,6 +13,7 @@ from agentrl.tokens.check import SegmentDiff
 from agentrl.tokens.expander import CheckMode, Expander
 from agentrl.tokens.logprobs import token_logprobs
 from agentrl.tokens.record import TokenTrajectory, token_trajectory
+from agentrl.tokens.sampled import sampled_message
 from agentrl.tokens.selftest import TemplateReport
 from agentrl.tokens.template import ChatTemplate
 
@@ -31,6 +32,7 @@ __all__ = [
     "block_causal_mask",
     "collate",
     "pack",
+    "sampled_message",
     "token_logprobs",
     "token_trajectory",
 ]

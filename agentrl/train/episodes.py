@@ -18,11 +18,11 @@ from torch import nn
 
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
-from agentrl.tokens import Expander
+from agentrl.tokens import Expander, sampled_message
 from agentrl.train.generate import sample_batch
-from agentrl.trajectory import Message, RewardBreakdown, Trajectory
+from agentrl.trajectory import RewardBreakdown, Trajectory
 
-__all__ = ["Job", "run_policy_episodes", "turn_seed"]
+__all__ = ["Job", "finish_episode", "run_policy_episodes", "turn_seed"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def turn_seed(seed: int, turn: int) -> int:
     return int.from_bytes(digest[:8], "big") & 0x7FFFFFFFFFFFFFFF
 
 
-def _finish(env: ResearchEnv, job: Job, reason: str | None) -> Trajectory:
+def finish_episode(env: ResearchEnv, job: Job, reason: str | None) -> Trajectory:
     traj = env.trajectory(id=f"{job.task.id}#{job.sample}")
     traj.info["sample"] = job.sample
     traj.info["seed"] = job.seed
@@ -88,7 +88,7 @@ def run_policy_episodes(
             for i in active:
                 p = expander.generation_prompt_ids(envs[i].messages)
                 if len(p) + max_new_tokens > max_len:
-                    results[i] = _finish(envs[i], jobs[i], "max_len")
+                    results[i] = finish_episode(envs[i], jobs[i], "max_len")
                 else:
                     prompts.append(p)
                     live.append(i)
@@ -104,14 +104,7 @@ def run_policy_episodes(
             )
 
             def step(i: int, s: Any) -> tuple[int, bool, str | None]:
-                ids = s.token_ids[:-1] if s.finish_reason == "stop" else s.token_ids
-                msg = Message(
-                    role="assistant",
-                    content=tokenizer.decode(ids, skip_special_tokens=False),
-                    token_ids=s.token_ids,
-                    logprobs=s.logprobs,
-                    finish_reason=s.finish_reason,
-                )
+                msg = sampled_message(tokenizer, s.token_ids, s.logprobs, s.finish_reason, stop_ids)
                 _, _, terminated, truncated, _ = envs[i].step(msg)
                 if terminated or truncated:
                     return i, True, None
@@ -122,7 +115,7 @@ def run_policy_episodes(
             active = []
             for i, done, reason in pool.map(lambda a: step(*a), zip(live, samples, strict=True)):
                 if done:
-                    results[i] = _finish(envs[i], jobs[i], reason)
+                    results[i] = finish_episode(envs[i], jobs[i], reason)
                 else:
                     active.append(i)
             turn += 1

@@ -353,7 +353,8 @@ class Trainer:
             from agentrl.train.vllm_episodes import vllm_engine
 
             episodes = vllm_engine(self).run_policy_episodes
-        with full_params(self.model):  # FSDP: gathered once, so ranks may sample different lengths
+        # FSDP + hf: the weights are gathered once, so ranks may sample different lengths.
+        with full_params(self.model if r.engine == "hf" else None):
             trajs = episodes(
                 self.model, self.tokenizer, self.expander, self.envs, jobs,
                 max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=r.temperature,

@@ -24,10 +24,10 @@ from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
 from agentrl.policy.vllm import VLLMClient
 from agentrl.policy.vllm_sync import WeightSync
-from agentrl.tokens import Expander
+from agentrl.tokens import Expander, sampled_message
 from agentrl.train.distributed import all_gather_objects, is_main
-from agentrl.train.episodes import Job, _finish, turn_seed
-from agentrl.trajectory import Message, Trajectory
+from agentrl.train.episodes import Job, finish_episode, turn_seed
+from agentrl.trajectory import Trajectory
 
 __all__ = ["VLLMEngine", "run_vllm_episodes", "vllm_engine"]
 
@@ -65,7 +65,7 @@ async def run_vllm_episodes(
         while True:
             prompt = expander.generation_prompt_ids(env.messages)
             if len(prompt) + max_new_tokens > max_len:
-                return _finish(env, job, "max_len")
+                return finish_episode(env, job, "max_len")
             async with gate:
                 g = await client.generate(
                     prompt,
@@ -75,20 +75,12 @@ async def run_vllm_episodes(
                     seed=turn_seed(job.seed, turn),
                     stop_ids=stops,
                 )
-            stopped = g.finish_reason == "stop" and g.token_ids and g.token_ids[-1] in stop_ids
-            text_ids = g.token_ids[:-1] if stopped else g.token_ids
-            msg = Message(
-                role="assistant",
-                content=tokenizer.decode(text_ids, skip_special_tokens=False),
-                token_ids=g.token_ids,
-                logprobs=g.logprobs,
-                finish_reason=g.finish_reason,
-            )
+            msg = sampled_message(tokenizer, g.token_ids, g.logprobs, g.finish_reason, stop_ids)
             _, _, terminated, truncated, _ = await loop.run_in_executor(executor, env.step, msg)
             if terminated or truncated:
-                return _finish(env, job, None)
+                return finish_episode(env, job, None)
             if g.finish_reason == "length":
-                return _finish(env, job, "generation_limit")
+                return finish_episode(env, job, "generation_limit")
             turn += 1
 
     return list(await asyncio.gather(*(episode(e, j) for e, j in zip(envs, jobs, strict=False))))
