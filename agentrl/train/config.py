@@ -65,7 +65,8 @@ class RolloutConfig(_Strict):
     max_len: int = Field(1024, ge=16, description="tokens per trajectory (prompt + turns + observations)")
     env_workers: int = Field(8, ge=1, description="threads stepping the envs of a batch of episodes")
     backend: Literal["local", "ray"] = Field(
-        "local", description="where the envs run: in this process, or in Ray actors (extra 'ray', docs/ray.md)"
+        "local",
+        description="where the envs run: in this process, or in Ray actors (extra 'ray', docs/ray.md)",
     )
     ray_workers: int = Field(2, ge=1, description="backend ray: env actors, one CPU each, sharing the batch")
     ray_address: str | None = Field(
