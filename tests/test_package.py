@@ -75,7 +75,14 @@ def test_algos_imports_no_model_library():
             assert module.split(".")[0] not in {"transformers", "vllm", "peft"}, f"{path}:{lineno}"
 
 
-PUBLIC = ["agentrl", "agentrl.errors", "agentrl.trajectory", "agentrl.algos", "agentrl.explain", "agentrl.replay"]
+PUBLIC = [
+    "agentrl",
+    "agentrl.errors",
+    "agentrl.trajectory",
+    "agentrl.algos",
+    "agentrl.explain",
+    "agentrl.replay",
+]
 
 
 @pytest.mark.parametrize("name", PUBLIC)
