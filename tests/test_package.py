@@ -82,6 +82,12 @@ PUBLIC = [
     "agentrl.algos",
     "agentrl.explain",
     "agentrl.replay",
+    "agentrl.integrations",
+    "agentrl.train",
+    "agentrl.rollout",
+    "agentrl.policy",
+    "agentrl.env",
+    "agentrl.judge",
 ]
 
 
