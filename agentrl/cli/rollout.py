@@ -42,6 +42,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--judge-model", default=None, help="LLM judge for rubrics with LLM criteria (batched)")
     p.add_argument("--judge-api-base", default=None, help="base URL of the judge model's server")
+    p.add_argument(
+        "--judge-cache",
+        default=None,
+        help="sqlite verdict cache of the LLM judge (default: that of `agentrl judge`)",
+    )
+    p.add_argument("--no-judge-cache", action="store_true", help="judge without a verdict cache")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--ray", action="store_true", help="fan episodes out over Ray env workers (extra 'ray'); docs/ray.md"
@@ -78,6 +84,14 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     if args.judge_model:
         cfg["judge"] = "deferred"
     return cfg
+
+
+def _judge_cache(args: argparse.Namespace) -> str | None:
+    if args.no_judge_cache or not args.judge_model:
+        return None
+    from agentrl.cli.judge import default_cache_path
+
+    return str(args.judge_cache or default_cache_path())
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -146,6 +160,7 @@ def _run(args: argparse.Namespace) -> int:
                     on_start=lambda total: progress.update(bar, total=total),
                     judge_model=args.judge_model,
                     judge_api_base=args.judge_api_base,
+                    judge_cache=_judge_cache(args),
                     workers=args.ray_workers,
                     address=args.ray_address,
                     on_done=on_done,
@@ -162,6 +177,7 @@ def _run(args: argparse.Namespace) -> int:
                 on_start=lambda total: progress.update(bar, total=total),
                 judge_model=args.judge_model,
                 judge_api_base=args.judge_api_base,
+                judge_cache=_judge_cache(args),
                 on_done=on_done,
             )
 

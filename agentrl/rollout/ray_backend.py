@@ -91,6 +91,7 @@ async def run_rollout_ray(
     judge_model: str | None = None,
     judge_api_base: str | None = None,
     judge_concurrency: int | None = None,
+    judge_cache: str | None = None,
     workers: int = 2,
     address: str | None = None,
     on_done: Callable[[Trajectory | None], None] | None = None,
@@ -126,7 +127,11 @@ async def run_rollout_ray(
         actors += pool
         judge = None
         if judge_model:
-            cfg: dict[str, Any] = {"model": judge_model, "concurrency": judge_concurrency or concurrency}
+            cfg: dict[str, Any] = {
+                "model": judge_model,
+                "concurrency": judge_concurrency or concurrency,
+                "cache_path": judge_cache,
+            }
             if judge_api_base:
                 cfg["api_base"] = judge_api_base
             judge = start_judge(cfg)

@@ -123,11 +123,15 @@ async def run_episode(env: ResearchEnv, policy: Policy, task: Task, sample: int,
 
 
 async def _judge_batch(
-    pending: list[tuple[Trajectory, Any]], model: str, api_base: str | None, concurrency: int
+    pending: list[tuple[Trajectory, Any]],
+    model: str,
+    api_base: str | None,
+    concurrency: int,
+    cache_path: str | None = None,
 ):
     from agentrl.judge import Judge, JudgeConfig
 
-    cfg: dict[str, Any] = {"model": model, "concurrency": concurrency}
+    cfg: dict[str, Any] = {"model": model, "concurrency": concurrency, "cache_path": cache_path}
     if api_base:
         cfg["api_base"] = api_base
     judge = Judge(JudgeConfig(**cfg))
@@ -149,12 +153,15 @@ async def run_rollout(
     limit: int | None = None,
     judge_model: str | None = None,
     judge_api_base: str | None = None,
+    judge_cache: str | None = None,
     on_done: Callable[[Trajectory | None], None] | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> RolloutSummary:
     """Run ``n`` samples of every task of the suite (or of ``tasks``), ``concurrency`` at a time.
 
     Trajectories are appended to ``out`` as they finish; pairs already there are skipped.
+    ``judge_cache`` (a sqlite path) keeps the LLM judge's verdicts, so a run killed while judging
+    re-judges nothing it already has.
     ``on_start(total)`` is called once with the number of episodes to run and ``on_done`` once per
     finished (or failed, with None) episode, for progress bars.
     """
@@ -209,7 +216,7 @@ async def run_rollout(
     try:
         await asyncio.gather(*(one(t, s) for t, s in todo))
         if deferred:
-            await _judge_batch(deferred, judge_model or "", judge_api_base, concurrency)
+            await _judge_batch(deferred, judge_model or "", judge_api_base, concurrency, judge_cache)
             for traj, _ in deferred:
                 store.append(traj)
                 summary.add(traj)

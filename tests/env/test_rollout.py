@@ -119,6 +119,33 @@ def test_llm_rubric_is_judged_in_a_batch_at_the_end(tmp_path):
         server.close()
 
 
+def test_the_end_judge_keeps_its_verdicts_in_the_cache(tmp_path):
+    """With a verdict cache, a re-run (say after a kill while judging) asks the judge nothing again."""
+    from agentrl.policy import OraclePolicy
+
+    from .conftest import ALPHABET
+
+    server = _judge_server()
+    try:
+        cfg = {"suite": str(ALPHABET), "judge": "deferred"}
+        cache = str(tmp_path / "verdicts.sqlite")
+        rewards = []
+        for name in ("a.jsonl", "b.jsonl"):
+            asyncio.run(
+                run_rollout(
+                    cfg, OraclePolicy(), tmp_path / name, tasks=["alphabet-2025-cloud-llm"],
+                    judge_model="judge-model", judge_api_base=server.base, judge_cache=cache,
+                )
+            )  # fmt: skip
+            rewards.append([t.reward.total for t in read_trajectories(tmp_path / name)])
+            if name == "a.jsonl":
+                calls = len(server.requests)
+        assert calls > 0 and len(server.requests) == calls  # the second run was answered from the cache
+        assert rewards[0] == rewards[1] == [2.5]
+    finally:
+        server.close()
+
+
 def test_inline_llm_judge_scores_in_step():
     from agentrl.env import ResearchEnv
 
