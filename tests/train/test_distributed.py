@@ -78,6 +78,8 @@ def test_two_processes_equal_one(tmp_path, algo):
 
     ckpt = tmp_path / "fsdp/checkpoints/step_00001"
     assert torch.load(ckpt / "state.pt", weights_only=False)["sharded"] is True
+    shards = sorted((ckpt / "sharded").glob("*.distcp"))
+    assert len(shards) == 2 and all(p.stat().st_size > 0 for p in shards)  # each rank wrote its own
     dcp_to_torch_save(ckpt / "sharded", tmp_path / "fsdp_full.pt")
     full = torch.load(tmp_path / "fsdp_full.pt", weights_only=False)
     for name in ("model", "critic") if algo == "ppo" else ("model",):
