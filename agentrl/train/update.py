@@ -37,7 +37,13 @@ from agentrl.algos import (
 )
 from agentrl.tokens import token_logprobs
 from agentrl.train.config import AlgorithmConfig
-from agentrl.train.distributed import all_reduce_grads, all_reduce_max, all_reduce_sum, world_size
+from agentrl.train.distributed import (
+    all_gather_objects,
+    all_reduce_grads,
+    all_reduce_max,
+    all_reduce_sum,
+    world_size,
+)
 from agentrl.train.fsdp import dummy_micro_batch, is_sharded
 from agentrl.train.models import autocast
 
@@ -279,6 +285,17 @@ def _step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_cli
     return float(grad_norm)
 
 
+def _sum_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """Each rank holds its share of a mini-batch's metrics (losses divided by counts over every
+    rank; ratios weighted by its share of every rank's tokens): their sum is the mini-batch's value."""
+    if world_size() == 1:
+        return metrics
+    out: dict[str, float] = {}
+    for part in all_gather_objects(metrics):
+        _accumulate(out, part, 1.0)
+    return out
+
+
 def _accumulate(sums: dict[str, float], values: dict[str, Any], weight: float) -> None:
     for k, v in values.items():
         sums[k] = sums.get(k, 0.0) + weight * float(v)
@@ -311,7 +328,8 @@ def _optimise(
     for _ in range(cfg.ppo_epochs):
         for mini in _mini_batches(batch, cfg.mini_batch_size, generator):
             denom = _denominator(mini, cfg.loss_agg, norm)
-            tokens = float(mini["loss_mask"].sum().clamp_min(1))
+            # Over every rank, so that each rank's share of a metric can be summed (below).
+            tokens = max(all_reduce_sum(float(mini["loss_mask"].sum())), 1.0)
             step_metrics: dict[str, float] = {}
             rows = torch.arange(len(mini["input_ids"]))
             mbs = list(micro_batches(mini, rows, cfg.micro_batch_tokens, packed=cfg.pack_sequences))
@@ -323,6 +341,7 @@ def _optimise(
             if sharded:  # FSDP: every rank runs as many forward/backward passes as the busiest one
                 for _ in range(all_reduce_max(len(mbs)) - len(mbs)):
                     loss_fn(dummy_micro_batch(batch), 1.0)[0].backward()
+            step_metrics = _sum_over_ranks(step_metrics)
             step_metrics[grad_norm_key] = _step(params, optimizer, grad_clip)
             _accumulate(sums, step_metrics, 1.0)
             steps += 1

@@ -72,6 +72,9 @@ def test_two_processes_equal_one(tmp_path, algo):
     m1 = json.loads((tmp_path / "one/metrics.jsonl").read_text().splitlines()[0])
     m2 = json.loads((tmp_path / "two/metrics.jsonl").read_text().splitlines()[0])
     assert m1["critic/score/mean"] == pytest.approx(m2["critic/score/mean"])
+    # Loss metrics are reduced over ranks to the mini-batch's value, not averaged shares of it.
+    for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl"):
+        assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-7), key
 
     # FSDP: the shards of every rank, gathered from the sharded checkpoint, are the same weights.
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -91,6 +94,9 @@ def test_two_processes_equal_one(tmp_path, algo):
     assert m1["critic/score/mean"] == pytest.approx(m3["critic/score/mean"])
     assert m1["actor/pg_loss"] == pytest.approx(m3["actor/pg_loss"], abs=1e-5)
     assert m1["actor/grad_norm"] == pytest.approx(m3["actor/grad_norm"], rel=1e-4)
+    assert m1["actor/entropy"] == pytest.approx(m3["actor/entropy"], rel=1e-4)
+    if algo == "ppo":
+        assert m1["critic/vf_loss"] == pytest.approx(m3["critic/vf_loss"], rel=1e-4, abs=1e-7)
 
     # The same episodes, token for token, whichever rank ran them; the logprobs agree to float
     # precision (a different batch composition changes the summation order).
