@@ -180,8 +180,6 @@ class Trainer:
     def _shard(self) -> None:
         """FSDP2: every rank starts from rank 0's weights, then keeps only its shards of the policy,
         the reference and the critic (see ``agentrl.train.fsdp``)."""
-        if self.lora:
-            raise ConfigError("parallelism: fsdp with model.lora_rank > 0 is not supported; use ddp")
         if self.critic is not None and self.cfg.model.critic_backbone == "shared":
             raise ConfigError("parallelism: fsdp needs model.critic_backbone: separate")
         mixed = self.device.type == "cuda"

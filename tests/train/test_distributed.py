@@ -150,3 +150,51 @@ def test_fsdp_resume_equals_single_process_resume(tmp_path):
         assert torch.allclose(value, full["model"][key], atol=1e-5, rtol=1e-4), key
     rows = [json.loads(line) for line in (tmp_path / "fsdp/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1.0, 2.0]
+
+
+@pytest.mark.slow
+def test_fsdp_with_lora_equals_single_process(tmp_path):
+    """LoRA under FSDP2: frozen base and trainable adapters sharded together; the base model (adapters
+    disabled) is the KL reference; one step equals the single-process step."""
+    cfg = json.loads(json.dumps(TINY))
+    cfg["algorithm"].update({"name": "grpo", "mini_batch_size": 4, "entropy_coef": 0.01, "kl_loss_coef": 0.1})
+    cfg["model"]["lora_rank"] = 4
+    cfg.update({"steps": 1, "sft_steps": 1})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    root = str(tmp_path)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.train",
+            str(path),
+            "--no-progress",
+            "--set",
+            f"output_dir={root}/one",
+        ],
+        root,
+    )
+    _run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+            "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+            "-m", "agentrl.train", str(path), "--no-progress", "--set", f"output_dir={root}/fsdp",
+            "--set", "parallelism=fsdp",
+        ],
+        root,
+    )  # fmt: skip
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    one = torch.load(tmp_path / "one/checkpoints/step_00001/state.pt", weights_only=False)
+    dcp_to_torch_save(tmp_path / "fsdp/checkpoints/step_00001/sharded", tmp_path / "full.pt")
+    full = torch.load(tmp_path / "full.pt", weights_only=False)
+    assert full["model"].keys() == one["model"].keys()
+    adapters = [k for k in one["model"] if "lora_B" in k]
+    assert adapters and any(one["model"][k].abs().sum() > 0 for k in adapters)  # the adapters moved
+    for key, value in one["model"].items():
+        assert torch.allclose(value, full["model"][key], atol=1e-5, rtol=1e-4), key
+    m1 = json.loads((tmp_path / "one/metrics.jsonl").read_text().splitlines()[0])
+    m2 = json.loads((tmp_path / "fsdp/metrics.jsonl").read_text().splitlines()[0])
+    for key in ("actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+        assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-9), key
