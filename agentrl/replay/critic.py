@@ -24,12 +24,27 @@ def _state_file(path: Path) -> Path:
     raise ConfigError(f"--critic {path}: no checkpoint (state.pt) there")
 
 
+def _gather_shards(directory: Path) -> dict[str, Any]:
+    """An FSDP run's sharded checkpoint (``torch.distributed.checkpoint``) as one plain state dict,
+    read in this single process."""
+    import tempfile
+
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    if not directory.is_dir():
+        raise ConfigError(f"--critic: a sharded (FSDP) checkpoint without its shards ({directory})")
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(directory, Path(tmp) / "full.pt")
+        return torch.load(Path(tmp) / "full.pt", map_location="cpu", weights_only=False)
+
+
 def load_critic(path: str | Path) -> Any:
     """The ``ValueModel`` of a PPO checkpoint (``agentrl.train.checkpoint``), in eval mode on the CPU.
 
     The architecture is rebuilt from the checkpoint's ``config.model`` (a ``tiny:`` spec, or a local
     model directory read with ``local_files_only``) and the vocabulary size from its weights; then
-    the ``critic`` state dict is loaded strictly. Raises ``ConfigError`` for a checkpoint without a
+    the ``critic`` state dict is loaded strictly (an FSDP run's shards are gathered first). Raises ``ConfigError`` for a checkpoint without a
     critic (a GRPO run) or a model that cannot be rebuilt offline.
     """
     import torch
@@ -42,10 +57,7 @@ def load_critic(path: str | Path) -> Any:
     except Exception as e:  # a truncated or foreign file
         raise ConfigError(f"--critic {file}: not a checkpoint: {e}") from None
     if isinstance(state, dict) and state.get("sharded"):
-        raise ConfigError(
-            f"--critic {file}: a sharded (FSDP) checkpoint; its critic lives in shards under "
-            f"{file.parent / 'sharded'}, which explain cannot read"
-        )
+        state = {**state, **_gather_shards(file.parent / "sharded")}
     if not isinstance(state, dict) or "critic" not in state:
         raise ConfigError(f"--critic {file}: the checkpoint has no critic (was the run PPO?)")
     sd: dict[str, torch.Tensor] = state["critic"]

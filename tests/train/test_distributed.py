@@ -97,6 +97,12 @@ def test_two_processes_equal_one(tmp_path, algo):
     assert m1["actor/entropy"] == pytest.approx(m3["actor/entropy"], rel=1e-4)
     if algo == "ppo":
         assert m1["critic/vf_loss"] == pytest.approx(m3["critic/vf_loss"], rel=1e-4, abs=1e-7)
+        # explain/replay --critic rebuild the critic from the shards
+        from agentrl.replay.critic import load_critic
+
+        critic = load_critic(tmp_path / "fsdp")
+        for key, value in critic.state_dict().items():
+            assert torch.allclose(value, one["critic"][key], atol=1e-5, rtol=1e-4), key
 
     # The same episodes, token for token, whichever rank ran them; the logprobs agree to float
     # precision (a different batch composition changes the summation order).
