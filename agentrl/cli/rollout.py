@@ -141,44 +141,30 @@ def _run(args: argparse.Namespace) -> int:
                 rewards.append(traj.reward.total)
             progress.update(bar, advance=1, reward=f"{sum(rewards) / len(rewards):.3f}" if rewards else "-")
 
+        common = dict(
+            n=args.n,
+            concurrency=args.concurrency,
+            seed=args.seed,
+            tasks=args.task,
+            limit=args.limit,
+            on_start=lambda total: progress.update(bar, total=total),
+            on_done=on_done,
+            judge_model=args.judge_model,
+            judge_api_base=args.judge_api_base,
+            judge_cache=_judge_cache(args),
+        )
+
         async def main():
-            if args.ray:
-                import functools
+            if not args.ray:
+                return await run_rollout(cfg, policy, args.out, **common)
+            import functools
 
-                from agentrl.rollout.ray_backend import run_rollout_ray
+            from agentrl.rollout.ray_backend import run_rollout_ray
 
-                await policy.aclose()  # each Ray worker makes its own client from the same options
-                return await run_rollout_ray(
-                    cfg,
-                    functools.partial(make_policy, args.policy, **policy_opts),
-                    args.out,
-                    n=args.n,
-                    concurrency=args.concurrency,
-                    seed=args.seed,
-                    tasks=args.task,
-                    limit=args.limit,
-                    on_start=lambda total: progress.update(bar, total=total),
-                    judge_model=args.judge_model,
-                    judge_api_base=args.judge_api_base,
-                    judge_cache=_judge_cache(args),
-                    workers=args.ray_workers,
-                    address=args.ray_address,
-                    on_done=on_done,
-                )
-            return await run_rollout(
-                cfg,
-                policy,
-                args.out,
-                n=args.n,
-                concurrency=args.concurrency,
-                seed=args.seed,
-                tasks=args.task,
-                limit=args.limit,
-                on_start=lambda total: progress.update(bar, total=total),
-                judge_model=args.judge_model,
-                judge_api_base=args.judge_api_base,
-                judge_cache=_judge_cache(args),
-                on_done=on_done,
+            await policy.aclose()  # each Ray worker makes its own client from the same options
+            factory = functools.partial(make_policy, args.policy, **policy_opts)
+            return await run_rollout_ray(
+                cfg, factory, args.out, workers=args.ray_workers, address=args.ray_address, **common
             )
 
         summary = asyncio.run(main())

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,34 +30,13 @@ from agentrl.errors import ConfigError
 from agentrl.integrations.episode import Episode, Generation, run_episode
 from agentrl.integrations.mapping import trl_rollout_fields
 from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
+from agentrl.judge.llm import run_sync
 from agentrl.trajectory import Trajectory
 
 __all__ = ["BatchGenerate", "make_reward_func", "make_rollout_func", "trainer_generate_batch"]
 
 # ``generate_batch(prompts [B][P_b], max_tokens [B])`` → B ``Generation``s (may be async).
 BatchGenerate = Callable[[list[list[int]], list[int]], Any]
-
-
-def _run(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, also when the caller is inside an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as e:
-            box["error"] = e
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 class _TurnBatcher:
@@ -165,7 +143,7 @@ def make_rollout_func(
             task_ids.append(by_prompt[text])
         call = calls["n"]
         calls["n"] += 1
-        episodes = _run(_rollout(cfg, exp, engine, task_ids, seed, call, max_completion_tokens))
+        episodes = run_sync(_rollout(cfg, exp, engine, task_ids, seed, call, max_completion_tokens))
         return trl_rollout_fields(episodes)
 
     return rollout_func

@@ -29,7 +29,7 @@ from agentrl.judge.rubric import Criterion, Rubric, load_rubric, parse_rubric
 from agentrl.judge.score import breakdown, map_verdict
 from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, Trajectory
 
-__all__ = ["Judge", "resolve_rubric", "score_trajectories"]
+__all__ = ["Judge", "resolve_rubric", "run_sync", "score_trajectories"]
 
 _ORDINAL = {"Not Satisfied": 0, "Partially Satisfied": 1, "Fully Satisfied": 2}
 
@@ -242,7 +242,9 @@ def resolve_rubric(trajectory: Trajectory, override: Rubric | None, *, base_dir:
     raise ConfigError(f"trajectory {trajectory.id!r}: info.rubric must be a path or a mapping")
 
 
-def _run(coro: Any) -> Any:
+def run_sync(coro: Any) -> Any:
+    """Run ``coro`` to completion from synchronous code, also when the caller is already inside an
+    event loop (a notebook, an engine's async trainer): then on a private loop in a thread."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -288,7 +290,7 @@ def score_trajectories(
         items.append((t, r))
     judge = Judge(config)
     try:
-        rewards = _run(judge.score_many(items))
+        rewards = run_sync(judge.score_many(items))
     finally:
         judge.close()
     return [t.model_copy(update={"reward": r}) for t, r in zip(trajectories, rewards, strict=True)]

@@ -25,10 +25,10 @@ from agentrl.env.suite import Task, load_suite
 from agentrl.policy.base import Policy
 from agentrl.rollout.ray_cluster import describe_error, ensure_ray, import_ray, start_actors
 from agentrl.rollout.ray_judge import start_judge
-from agentrl.rollout.runner import RolloutSummary, run_episode
-from agentrl.trajectory import Trajectory, TrajectoryStore, read_trajectories
+from agentrl.rollout.runner import RolloutSummary, plan_episodes, run_episode
+from agentrl.trajectory import Trajectory, TrajectoryStore
 
-__all__ = ["EpisodeWorker", "plan_episodes", "run_rollout_ray"]
+__all__ = ["EpisodeWorker", "run_rollout_ray"]
 
 
 class EpisodeWorker:
@@ -56,26 +56,6 @@ class EpisodeWorker:
     async def close(self) -> None:
         """Release the policy's connections."""
         await self.policy.aclose()
-
-
-def plan_episodes(
-    config: dict[str, Any] | EnvConfig | None,
-    out: Path,
-    n: int,
-    tasks: list[str] | None,
-    limit: int | None,
-) -> tuple[list[tuple[Task, int]], int]:
-    """The (task, sample) pairs still to run and how many are already in ``out``, in the order
-    ``run_rollout`` uses (suite order, ``tasks`` filter, first ``limit`` tasks, samples 0..n-1)."""
-    suite_tasks = load_suite(load_env_config(config).suite).tasks
-    if tasks:
-        wanted = set(tasks)
-        suite_tasks = [t for t in suite_tasks if t.id in wanted]
-    if limit is not None:
-        suite_tasks = suite_tasks[:limit]
-    done_ids = {t.id for t in read_trajectories(out)} if out.exists() else set()
-    todo = [(t, s) for t in suite_tasks for s in range(n) if f"{t.id}#{s}" not in done_ids]
-    return todo, len(suite_tasks) * n - len(todo)
 
 
 async def run_rollout_ray(
@@ -109,7 +89,7 @@ async def run_rollout_ray(
         raise ValueError("workers and concurrency must be at least 1")
     t0 = time.monotonic()
     out = Path(out)
-    todo, skipped = plan_episodes(config, out, n, tasks, limit)
+    todo, skipped = plan_episodes(load_suite(load_env_config(config).suite).tasks, out, n, tasks, limit)
     summary = RolloutSummary(skipped=skipped)
     await policy_factory().aclose()  # a bad policy spec fails here, not in every worker
     if on_start:

@@ -24,7 +24,7 @@ from agentrl.env.suite import Task
 from agentrl.policy.base import EpisodeContext, Policy
 from agentrl.trajectory import Trajectory, TrajectoryStore, read_trajectories
 
-__all__ = ["RolloutSummary", "episode_seed", "run_episode", "run_rollout"]
+__all__ = ["RolloutSummary", "episode_seed", "plan_episodes", "run_episode", "run_rollout"]
 
 
 def episode_seed(seed: int, task_id: str, sample: int) -> int:
@@ -141,6 +141,22 @@ async def _judge_batch(
         traj.info["needs_judge"] = False
 
 
+def plan_episodes(
+    suite_tasks: list[Task], out: Path, n: int, tasks: list[str] | None, limit: int | None
+) -> tuple[list[tuple[Task, int]], int]:
+    """The (task, sample) pairs still to run and how many are already in ``out`` (resume), in the
+    order every rollout backend uses: suite order, the ``tasks`` filter, the first ``limit`` tasks,
+    samples 0..n-1."""
+    if tasks:
+        wanted = set(tasks)
+        suite_tasks = [t for t in suite_tasks if t.id in wanted]
+    if limit is not None:
+        suite_tasks = suite_tasks[:limit]
+    done_ids = {t.id for t in read_trajectories(out)} if out.exists() else set()
+    todo = [(t, s) for t in suite_tasks for s in range(n) if f"{t.id}#{s}" not in done_ids]
+    return todo, len(suite_tasks) * n - len(todo)
+
+
 async def run_rollout(
     config: EnvConfig | dict[str, Any] | None,
     policy: Policy,
@@ -167,22 +183,9 @@ async def run_rollout(
     """
     t0 = time.monotonic()
     first = ResearchEnv(config)
-    suite_tasks = first.suite.tasks
-    if tasks:
-        wanted = set(tasks)
-        suite_tasks = [t for t in suite_tasks if t.id in wanted]
-    if limit is not None:
-        suite_tasks = suite_tasks[:limit]
     out = Path(out)
-    done_ids = {t.id for t in read_trajectories(out)} if out.exists() else set()
     summary = RolloutSummary()
-    todo = []
-    for task in suite_tasks:
-        for s in range(n):
-            if f"{task.id}#{s}" in done_ids:
-                summary.skipped += 1
-            else:
-                todo.append((task, s))
+    todo, summary.skipped = plan_episodes(first.suite.tasks, out, n, tasks, limit)
     if on_start:
         on_start(len(todo))
     pool: asyncio.Queue[ResearchEnv] = asyncio.Queue()
