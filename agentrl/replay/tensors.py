@@ -149,8 +149,9 @@ def rebuild_batch(
     """
     import torch
 
+    from agentrl.train.forward import chunked_forward, forward_values
     from agentrl.train.scoring import build_batch
-    from agentrl.train.update import chunked_forward, compute_advantages, forward_values
+    from agentrl.train.update import compute_advantages
 
     cfg = settings.algorithm
     cpu = torch.device("cpu")

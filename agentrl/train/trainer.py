@@ -39,20 +39,14 @@ from agentrl.train.distributed import (
     world_size,
 )
 from agentrl.train.episodes import Job, run_policy_episodes
+from agentrl.train.forward import chunked_forward, forward_logprobs, forward_values
 from agentrl.train.fsdp import full_params, load_sharded, set_grad_divide, shard_model, sharded_state
 from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import build_batch, judge_trajectories, normalized_reward
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
 from agentrl.train.token_log import collect_token_stats, write_token_stats
-from agentrl.train.update import (
-    chunked_forward,
-    compute_advantages,
-    forward_logprobs,
-    forward_values,
-    update_actor,
-    update_critic,
-)
+from agentrl.train.update import compute_advantages, update_actor, update_critic
 from agentrl.trajectory import Trajectory, write_trajectories
 
 __all__ = ["Trainer"]

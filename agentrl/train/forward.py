@@ -1,0 +1,145 @@
+"""Forward passes over a batch of expanded trajectories: per-token log-probabilities (with entropy)
+and critic values, optionally on packed rows, and the micro-batching that bounds their memory.
+
+A batch is the dict of ``agentrl.tokens.collate`` ([B, T] tensors: ``input_ids``, ``attention_mask``,
+``position_ids``, ``loss_mask``, ...). Outputs are [B, T] per-token tensors aligned with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+from agentrl.algos import entropy_from_logits
+from agentrl.tokens import token_logprobs
+from agentrl.train.models import autocast
+
+__all__ = ["chunked_forward", "forward_logprobs", "forward_values", "micro_batches"]
+
+Batch = dict[str, torch.Tensor]
+
+
+def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
+    return {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+
+
+class _Packing:
+    """Right-padded rows [n, w] packed into R ≤ n lines [R, C] (first-fit by decreasing length, C the
+    longest row), with position ids restarting per row and a block-causal attention mask, so that
+    each row attends only to itself. ``unpack`` maps per-token outputs back to the padded layout."""
+
+    def __init__(self, batch: Batch, model: nn.Module) -> None:
+        from agentrl.tokens import block_causal_mask
+
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        self.shape = tuple(batch["input_ids"].shape)
+        C = max(max(lengths), 1)
+        lines: list[int] = []  # free space per line
+        self.line, self.offset = [0] * len(lengths), [0] * len(lengths)
+        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            j = next((k for k, free in enumerate(lines) if free >= lengths[i]), None)
+            if j is None:
+                lines.append(C)
+                j = len(lines) - 1
+            self.line[i], self.offset[i] = j, C - lines[j]
+            lines[j] -= lengths[i]
+        dev = batch["input_ids"].device
+        ids = torch.zeros(len(lines), C, dtype=torch.long, device=dev)
+        pos = torch.zeros_like(ids)
+        seq = torch.full_like(ids, -1)
+        for i, n in enumerate(lengths):
+            a, b = self.offset[i], self.offset[i] + n
+            ids[self.line[i], a:b] = batch["input_ids"][i, :n]
+            pos[self.line[i], a:b] = torch.arange(n, device=dev)
+            seq[self.line[i], a:b] = i
+        self.lengths = torch.tensor(lengths, device=dev)
+        # FlashAttention-2 finds the packed rows from the position ids; other kernels need the mask.
+        flash = getattr(getattr(model, "config", None), "_attn_implementation", "") == "flash_attention_2"
+        self.inputs = {
+            "input_ids": ids,
+            "position_ids": pos,
+            "attention_mask": None if flash else block_causal_mask(seq),
+        }
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """[R, C] per-token outputs → [n, w]; 0 beyond each row's length and at its token 0 (a shifted
+        output there would come from the previous row of the line)."""
+        _, w = self.shape
+        dev = x.device
+        t = torch.arange(w, device=dev)
+        cols = (torch.tensor(self.offset, device=dev)[:, None] + t).clamp(max=x.shape[1] - 1)
+        out = x[torch.tensor(self.line, device=dev)[:, None], cols]
+        keep = (t[None, :] < self.lengths[:, None]) & (t[None, :] > 0)
+        return torch.where(keep, out, torch.zeros((), dtype=x.dtype, device=dev))
+
+
+def forward_logprobs(
+    model: nn.Module, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, pack: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(token t | tokens < t) at temperature ``temperature``, and optionally the entropy of that
+    distribution: ([B, T], [B, T] or None), 0 at t = 0 (the logits at t − 1 predict token t).
+    ``pack`` runs the forward pass on the rows packed into fewer lines (same results, less padding)."""
+    p = _Packing(batch, model) if pack else None
+    inputs = p.inputs if p else _inputs(batch)
+    with autocast(model):
+        logits = model(**inputs).logits
+    if temperature != 1.0:
+        logits = logits / temperature
+    lp = token_logprobs(logits, inputs["input_ids"])
+    ent = None
+    if with_entropy:
+        e = entropy_from_logits(logits[:, :-1].float())
+        ent = torch.cat([torch.zeros_like(e[:, :1]), e], dim=1)
+    if p is not None:
+        lp, ent = p.unpack(lp), (None if ent is None else p.unpack(ent))
+    return lp, ent
+
+
+def forward_values(critic: nn.Module, batch: Batch, pack: bool = False) -> torch.Tensor:
+    """The critic's V(s_t) for every token: [B, T] (float32); ``pack`` as in ``forward_logprobs``."""
+    p = _Packing(batch, critic) if pack else None
+    with autocast(critic):
+        values = critic(**(p.inputs if p else _inputs(batch))).float()
+    return p.unpack(values) if p is not None else values
+
+
+def micro_batches(
+    batch: Batch, rows: torch.Tensor, token_budget: int, packed: bool = False
+) -> Iterator[Batch]:
+    """Split ``rows`` (indices into the batch) into micro-batches of at most ``token_budget`` tokens —
+    padded tokens, or real tokens when the forward pass packs the rows — each trimmed to its longest
+    row. Rows are taken in length order to waste little padding."""
+    lengths = batch["attention_mask"][rows].sum(-1)
+    order = rows[torch.argsort(lengths, descending=True)]
+    sorted_len = lengths[torch.argsort(lengths, descending=True)].tolist()
+    start = 0
+    while start < len(order):
+        if packed:
+            total, n = 0, 0
+            while start + n < len(order) and (n == 0 or total + sorted_len[start + n] <= token_budget):
+                total += sorted_len[start + n]
+                n += 1
+        else:
+            n = max(1, token_budget // max(int(sorted_len[start]), 1))
+        idx = order[start : start + n]
+        width = int(batch["attention_mask"][idx].sum(-1).max())
+        mb = {k: (v[idx, :width] if v.dim() == 2 else v[idx]) for k, v in batch.items()}
+        mb["_rows"] = idx
+        yield mb
+        start += n
+
+
+@torch.no_grad()
+def chunked_forward(
+    fn: Callable[[Batch], torch.Tensor], batch: Batch, token_budget: int, packed: bool = False
+) -> torch.Tensor:
+    """``fn`` (a per-token forward such as ``forward_logprobs``) over the whole batch, one micro-batch
+    at a time so that a large batch never needs one huge forward pass: [B, T] (float32)."""
+    B, T = batch["input_ids"].shape
+    out = torch.zeros(B, T, dtype=torch.float32, device=batch["input_ids"].device)
+    for mb in micro_batches(batch, torch.arange(B), token_budget, packed):
+        y = fn(mb)
+        out[mb["_rows"], : y.shape[1]] = y.float()
+    return out
