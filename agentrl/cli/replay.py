@@ -75,18 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _env_config(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
     from pathlib import Path
 
-    import yaml
-
+    from agentrl.env.config import read_env_yaml
     from agentrl.errors import ConfigError
 
-    cfg: dict[str, Any] = {}
-    if args.config:
-        try:
-            cfg = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"--config {args.config}: {e}") from None
-        if not isinstance(cfg, dict):
-            raise ConfigError(f"--config {args.config}: must be a mapping")
+    cfg: dict[str, Any] = read_env_yaml(args.config) if args.config else {}
     suites = sorted({str(t.info["suite"]) for t in trajs if t.info.get("suite")})
     if not (args.suite or cfg.get("suite")) and len(suites) > 1:
         raise ConfigError(

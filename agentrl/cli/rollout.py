@@ -62,18 +62,9 @@ def register(subparsers: Any) -> None:
 def _config(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    import yaml
+    from agentrl.env.config import read_env_yaml
 
-    from agentrl.errors import ConfigError
-
-    cfg: dict[str, Any] = {}
-    if args.config:
-        try:
-            cfg = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"--config {args.config}: {e}") from None
-        if not isinstance(cfg, dict):
-            raise ConfigError(f"--config {args.config}: must be a mapping")
+    cfg: dict[str, Any] = read_env_yaml(args.config) if args.config else {}
     if args.suite:
         cfg["suite"] = args.suite
     if args.cache and args.cache != "off":

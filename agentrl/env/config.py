@@ -13,7 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrl.errors import ConfigError
 
-__all__ = ["Budgets", "CacheConfig", "EnvConfig", "FetchConfig", "SearchConfig", "load_env_config"]
+__all__ = [
+    "Budgets",
+    "CacheConfig",
+    "EnvConfig",
+    "FetchConfig",
+    "SearchConfig",
+    "load_env_config",
+    "read_env_yaml",
+]
 
 
 class _Strict(BaseModel):
@@ -93,6 +101,23 @@ class EnvConfig(_Strict):
     """Overrides the built-in system prompt; ``{date}`` and ``{tools}`` are filled in."""
 
 
+def read_env_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping of an ``env.yaml`` file, not yet validated (callers may add keys, such as a CLI's
+    ``--suite``, before ``load_env_config``). Raises ``ConfigError`` naming the file."""
+    import yaml
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read env config: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: an env config must be a mapping, got {type(raw).__name__}")
+    return raw
+
+
 def load_env_config(
     data: dict[str, Any] | str | Path | EnvConfig | None, source: str = "<config>"
 ) -> EnvConfig:
@@ -105,17 +130,7 @@ def load_env_config(
     if data is None:
         return EnvConfig()
     if isinstance(data, str | Path):
-        import yaml
-
-        path = Path(data)
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read env config: {e}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
-        source = str(path)
-        data = raw
+        source, data = str(data), read_env_yaml(data)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: an env config must be a mapping, got {type(data).__name__}")
     try:
