@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ALPHABET = ROOT / "envs" / "alphabet-2025"
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory):
-    old = os.environ.get("AGENTRL_CACHE")
-    os.environ["AGENTRL_CACHE"] = str(tmp_path_factory.mktemp("agentrl-cache"))
-    yield
-    if old is None:
-        os.environ.pop("AGENTRL_CACHE", None)
-    else:
-        os.environ["AGENTRL_CACHE"] = old
 
 
 @pytest.fixture(scope="session")

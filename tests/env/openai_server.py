@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.local_http import send_json, start_server
 
 
 class FakeChatServer:
@@ -41,22 +42,14 @@ class FakeChatServer:
                 if server.latency_s:
                     time.sleep(server.latency_s)
                 if not server.tito and "return_token_ids" in body:
-                    self._send(400, {"error": {"message": "Unrecognized request argument: return_token_ids"}})
+                    send_json(
+                        self, 400, {"error": {"message": "Unrecognized request argument: return_token_ids"}}
+                    )
                     return
-                self._send(200, server.reply(body))
+                send_json(self, 200, server.reply(body))
 
-            def _send(self, status, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = start_server(Handler)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def reply(self, body: dict) -> dict:
         turns = sum(1 for m in body["messages"] if m["role"] == "assistant")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -15,6 +14,7 @@ from agentrl.env.backends.http_fetch import HttpFetch
 from agentrl.env.backends.http_search import HttpSearch
 from agentrl.env.backends.ssrf import address_allowed
 from agentrl.env.config import FetchConfig, SearchConfig
+from tests.local_http import start_server
 
 from .conftest import call
 
@@ -70,9 +70,8 @@ class _Server:
             def do_POST(self):
                 self._serve(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = start_server(Handler)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def url(self, path: str, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}{path}"

@@ -57,6 +57,25 @@ def read_prompt(user: str) -> tuple[str | None, str | None, list[tuple[str, str,
     return tag, report, criteria, outside
 
 
+def chat_completion(n: int, model: str, content: str, user: str) -> dict[str, Any]:
+    """An OpenAI chat-completion body answering ``content`` (token counts: 4 characters a token)."""
+    prompt, completion = len(user) // 4, len(content) // 4
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
 class FakeJudgeServer:
     """The fake judge, served by aiohttp on its own event loop in a daemon thread."""
 
@@ -134,26 +153,7 @@ class FakeJudgeServer:
             self.in_flight -= 1
         if status != 200:
             return web.json_response(content, status=status, headers=headers)
-        return web.json_response(
-            {
-                "id": f"chatcmpl-{n}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": len(user) // 4,
-                    "completion_tokens": len(content) // 4,
-                    "total_tokens": len(user) // 4 + len(content) // 4,
-                },
-            }
-        )
+        return web.json_response(chat_completion(n, model, content, user))
 
     async def _stats(self, request: web.Request) -> web.Response:
         del request

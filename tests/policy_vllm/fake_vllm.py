@@ -24,7 +24,7 @@ import json
 import queue
 import random
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 import torch
 
 from agentrl.train.generate import Sample, sample_batch
+from tests.local_http import send_json, start_server
 
 
 class FakeVLLM:
@@ -91,18 +92,10 @@ class FakeVLLM:
                 body = json.loads(raw) if raw else None
                 path = urlparse(self.path).path
                 server.calls.append((method, path, body))
-                status, obj = server.handle(method, path, body)
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, *server.handle(method, path, body))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = start_server(Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def close(self) -> None:
         self.httpd.shutdown()

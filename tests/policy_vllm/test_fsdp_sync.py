@@ -4,8 +4,6 @@ and the server reloads exactly the weights a single-process HF-engine run has af
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 
 import pytest
@@ -15,17 +13,7 @@ import yaml
 from agentrl.train.models import build_tiny_model
 from agentrl.trajectory import read_trajectories
 from tests.policy_vllm.conftest import BASE, TINY_SPEC
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(cmd, cwd):
-    r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+from tests.train.test_distributed import _free_port, _run
 
 
 @pytest.mark.slow

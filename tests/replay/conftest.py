@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,17 +10,6 @@ import pytest
 from tests.replay.helpers import record_episodes, save_tokenizer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    old = os.environ.get("AGENTRL_CACHE")
-    os.environ["AGENTRL_CACHE"] = str(tmp_path_factory.mktemp("agentrl-cache"))
-    yield
-    if old is None:
-        os.environ.pop("AGENTRL_CACHE", None)
-    else:
-        os.environ["AGENTRL_CACHE"] = old
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.judge.fake_server import FakeJudgeServer, read_prompt
+from tests.judge.fake_server import FakeJudgeServer, chat_completion, read_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = ("http500", "timeout", "bad_body", "not_json", "bad_verdict", "missing")
@@ -161,26 +161,7 @@ class FlakyJudgeServer(FakeJudgeServer):
         )
         if content is None:
             content = json.dumps({"criteria": verdicts})
-        return web.json_response(
-            {
-                "id": f"chatcmpl-{n}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", ""),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": len(user) // 4,
-                    "completion_tokens": len(content) // 4,
-                    "total_tokens": 0,
-                },
-            }
-        )
+        return web.json_response(chat_completion(n, body.get("model", ""), content, user))
 
 
 @dataclass
