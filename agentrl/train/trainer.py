@@ -252,23 +252,20 @@ class Trainer:
         """Write a checkpoint of the current step; call it on every rank (FSDP ranks each write their
         shards with ``torch.distributed.checkpoint``; otherwise rank 0 writes everything)."""
         directory = self.out / "checkpoints"
-        if self.fsdp:
-            rest = {
-                "scheduler": self.sched.state_dict(),
-                "kl_coef": self.kl_ctrl.value,
-                "config": self.cfg.model_dump(mode="json"),
-                "sharded": True,
-            }
-            return save_checkpoint(directory, self.step, rest, sharded=sharded_state(self._sharded_modules()))
-        if not is_main():
-            return None
         state: dict[str, Any] = {
-            "model": self.model.state_dict(),
-            "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict(),
             "kl_coef": self.kl_ctrl.value,
             "config": self.cfg.model_dump(mode="json"),
         }
+        if self.fsdp:
+            state["sharded"] = True
+            return save_checkpoint(
+                directory, self.step, state, sharded=sharded_state(self._sharded_modules())
+            )
+        if not is_main():
+            return None
+        state["model"] = self.model.state_dict()
+        state["optimizer"] = self.opt.state_dict()
         if self.critic is not None and self.critic_opt is not None:
             state["critic"] = self.critic.state_dict()
             state["critic_optimizer"] = self.critic_opt.state_dict()
@@ -288,21 +285,16 @@ class Trainer:
             )
         if self.fsdp:
             load_sharded(path / "sharded", self._sharded_modules())
-            self.sched.load_state_dict(state["scheduler"])
-            self.kl_ctrl.value = state["kl_coef"]
-            self.step = state["step"]
-            if self.log is not None:
-                self.log.truncate_after(self.step)
-            return
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
+        else:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+            if self.critic is not None and "critic" in state:
+                self.critic.load_state_dict(state["critic"])
+                self.critic_opt.load_state_dict(state["critic_optimizer"])
+            if self.ref is not None and "ref" in state:
+                self.ref.load_state_dict(state["ref"])
         self.sched.load_state_dict(state["scheduler"])
         self.kl_ctrl.value = state["kl_coef"]
-        if self.critic is not None and "critic" in state:
-            self.critic.load_state_dict(state["critic"])
-            self.critic_opt.load_state_dict(state["critic_optimizer"])
-        if self.ref is not None and "ref" in state:
-            self.ref.load_state_dict(state["ref"])
         self.step = state["step"]
         if self.log is not None:
             self.log.truncate_after(self.step)
