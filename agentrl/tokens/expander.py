@@ -97,16 +97,24 @@ class Expander:
 
     # ---- public API ------------------------------------------------------------------------------
     def expand(
-        self, trajectory: Trajectory, turn_rewards: Sequence[float] | None = None
+        self,
+        trajectory: Trajectory,
+        turn_rewards: Sequence[float] | None = None,
+        *,
+        reward: float | None = None,
     ) -> TokenizedTrajectory:
         """One trajectory → one row of aligned ``[L]`` arrays (see ``TokenizedTrajectory``).
 
+        The expander alone places rewards on tokens. The trajectory reward goes on the last policy
+        token (``loss_mask = 1``) of the row as cut by ``max_len``: ``reward`` when given (the value
+        a trainer trains on, e.g. the normalised score), else ``trajectory.reward.total``; nothing
+        is placed, whatever ``reward`` says, when the trajectory is unscored or a ``judge_error``.
         ``turn_rewards`` (one float per assistant turn, or ``trajectory.info["turn_rewards"]``) are
-        added on the last sampled token of each turn, on top of the trajectory reward. When
+        added on the last kept policy token of each turn, on top of the trajectory reward. When
         ``trajectory.info["prompt_token_ids"]`` holds the ids the engine fed as the first prompt
         (through the first generation prompt), they are used as they are instead of a render.
         """
-        return self._expand(trajectory, turn_rewards, self.check)
+        return self._expand(trajectory, turn_rewards, self.check, reward=reward)
 
     def expand_many(
         self,
@@ -248,6 +256,8 @@ class Expander:
         turn_rewards: Sequence[float] | None,
         check: CheckMode,
         max_len: int | Literal["default"] | None = "default",
+        *,
+        reward: float | None = None,
     ) -> TokenizedTrajectory:
         max_len = self.max_len if max_len == "default" else max_len
         pieces, cut_by_length = self._plan(traj)
@@ -274,26 +284,7 @@ class Expander:
             ]
             truncated = True
         n = len(ids)
-        scores = np.zeros(n, dtype=np.float32)
-        turn_rewards = turn_rewards if turn_rewards is not None else traj.info.get("turn_rewards")
-        n_turns = sum(1 for m in traj.messages if m.role == "assistant")
-        if turn_rewards is not None:
-            if len(turn_rewards) != n_turns:
-                raise TrajectoryFormatError(
-                    f"trajectory {traj.id!r}: turn_rewards has {len(turn_rewards)} entries for {n_turns} "
-                    "assistant turns; give one reward per assistant message"
-                )
-            for k, r in enumerate(turn_rewards):
-                where = np.flatnonzero((turns == k) & (loss == 1))
-                if where.size:
-                    scores[where[-1]] += float(r)
-        scored = False
-        r = traj.reward
-        if r is not None and r.status == "ok" and r.total is not None:
-            where = np.flatnonzero(loss == 1)
-            if where.size:  # never on a masked token: a row with nothing sampled gets no reward
-                scores[where[-1]] += float(r.total)
-                scored = True
+        scores, scored = self._place_rewards(traj, loss, turns, turn_rewards, reward)
         unknown = sorted(
             k
             for k, m in enumerate(x for x in traj.messages if x.role == "assistant")
@@ -321,6 +312,39 @@ class Expander:
             scored=scored,
             segments=segments,
         )
+
+    @staticmethod
+    def _place_rewards(
+        traj: Trajectory,
+        loss: np.ndarray,
+        turns: np.ndarray,
+        turn_rewards: Sequence[float] | None,
+        reward: float | None,
+    ) -> tuple[np.ndarray, bool]:
+        """``token_level_scores`` ``[L]`` for a (possibly cut) row, and whether the trajectory reward
+        was placed: each turn reward on its turn's last policy token, the trajectory reward (``reward``
+        or ``reward.total``) on the row's last policy token, never on a masked token."""
+        scores = np.zeros(len(loss), dtype=np.float32)
+        turn_rewards = turn_rewards if turn_rewards is not None else traj.info.get("turn_rewards")
+        n_turns = sum(1 for m in traj.messages if m.role == "assistant")
+        if turn_rewards is not None:
+            if len(turn_rewards) != n_turns:
+                raise TrajectoryFormatError(
+                    f"trajectory {traj.id!r}: turn_rewards has {len(turn_rewards)} entries for {n_turns} "
+                    "assistant turns; give one reward per assistant message"
+                )
+            for k, r in enumerate(turn_rewards):
+                where = np.flatnonzero((turns == k) & (loss == 1))
+                if where.size:  # a turn cut away by max_len loses its reward
+                    scores[where[-1]] += float(r)
+        r = traj.reward
+        if r is None or r.status != "ok" or r.total is None:
+            return scores, False
+        where = np.flatnonzero(loss == 1)
+        if not where.size:  # a row with nothing sampled gets no reward
+            return scores, False
+        scores[where[-1]] += float(r.total if reward is None else reward)
+        return scores, True
 
     # ---- forks -------------------------------------------------------------------------------------
     def find_forks(self, traj: Trajectory) -> list[int]:

@@ -1,6 +1,7 @@
 """From finished episodes to a training batch: the LLM judge where the env could not score an
-answer, then the expander's rows with the reward on the last policy token. Trajectories the judge
-failed on, and rows with no policy token, are dropped and counted, never scored 0."""
+answer, then the expander's rows, whose rewards the expander placed (the trajectory reward on the
+last policy token, turn rewards on each turn's last policy token). Trajectories the judge failed
+on, and rows with no policy token, are dropped and counted, never scored 0."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from agentrl.tokens import Expander, collate
 from agentrl.train.config import JudgeSettings
 from agentrl.trajectory import Trajectory
 
-__all__ = ["build_batch", "judge_trajectories", "normalized_reward"]
+__all__ = ["build_batch", "judge_trajectories", "normalized_reward", "training_reward"]
 
 
 def normalized_reward(traj: Trajectory) -> float:
@@ -28,6 +29,14 @@ def normalized_reward(traj: Trajectory) -> float:
     if r.aggregation == "normalized" or pos <= 0:
         return r.total
     return min(max(r.total / pos, 0.0), 1.0)
+
+
+def training_reward(traj: Trajectory, normalize: bool) -> float:
+    """The trajectory reward a trainer trains on: the normalised score when ``normalize``, else the
+    rubric total. The one place that chooses; the expander places the value it returns."""
+    r = traj.reward
+    assert r is not None and r.total is not None
+    return normalized_reward(traj) if normalize else float(r.total)
 
 
 def judge_trajectories(trajs: list[Trajectory], settings: JudgeSettings, suite: Any) -> dict[str, float]:
@@ -55,20 +64,18 @@ def build_batch(
     trajs: list[Trajectory], expander: Expander, *, normalize: bool, pad_id: int, device: torch.device
 ) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
     """The trainable trajectories, their collated rows (plus ``known_logprobs``, 1 where the sampler's
-    log-prob is known) and drop counts. The reward — normalised when ``normalize`` — is the only
-    score, on the last policy token."""
+    log-prob is known) and drop counts. The scores are the expander's, untouched: the reward
+    (``training_reward``: normalised when ``normalize``) on the last policy token, plus the
+    trajectory's ``info["turn_rewards"]`` on each turn's last policy token."""
     keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
     for t in trajs:
         if t.reward is None or t.reward.status != "ok" or t.reward.total is None:
             dropped_judge += 1
             continue
-        row = expander.expand(t)
-        on = np.flatnonzero(row.loss_mask)
-        if on.size == 0:
+        row = expander.expand(t, reward=training_reward(t, normalize))
+        if not row.loss_mask.any():
             dropped_empty += 1
             continue
-        row.token_level_scores[:] = 0.0
-        row.token_level_scores[on[-1]] = normalized_reward(t) if normalize else t.reward.total
         keep.append(t)
         rows.append(row)
     stats = {
