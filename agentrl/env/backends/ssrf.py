@@ -40,8 +40,6 @@ def system_resolver(host: str, port: int) -> list[str]:
 _SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
 _TEREDO = ipaddress.IPv6Network("2001::/32")
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
-_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 
 
 def _global(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
@@ -73,16 +71,15 @@ def address_allowed(addr: str) -> bool:
     An IPv6 address that embeds IPv4 addresses — IPv4-mapped ``::ffff:0:0/96``, NAT64
     ``64:ff9b::/96``, 6to4 ``2002::/16``, Teredo ``2001::/32`` (server and client) — is allowed
     exactly when every address it embeds is, so a public site behind NAT64 or 6to4 stays reachable.
-    Refused whole: the deprecated IPv4-compatible ``::/96`` (nothing legitimate uses it) and the
-    local-use NAT64 prefix ``64:ff9b:1::/48`` (where it puts the IPv4 address is the operator's choice).
+    Refused whole, as part of the reserved ``::/8``: the deprecated IPv4-compatible ``::/96``
+    (nothing legitimate uses it) and the local-use NAT64 prefix ``64:ff9b:1::/48`` (where it puts
+    the IPv4 address is the operator's choice).
     """
     try:
         ip = ipaddress.ip_address(addr)
     except ValueError:
         return False
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip in _NAT64_LOCAL or ip in _IPV4_COMPATIBLE:
-            return False
         embedded = _embedded_ipv4(ip)
         if embedded is not None:
             return all(_global(v4) for v4 in embedded)
