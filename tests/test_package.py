@@ -15,6 +15,7 @@ PKG = ROOT / "agentrl"
 # DESIGN.md: a module imports only from layers below it.
 LAYERS = {
     "errors": -1,
+    "credentials": 0,
     "trajectory": 0,
     "algos": 0,
     "judge": 1,
@@ -78,6 +79,7 @@ def test_algos_imports_no_model_library():
 PUBLIC = [
     "agentrl",
     "agentrl.errors",
+    "agentrl.credentials",
     "agentrl.trajectory",
     "agentrl.algos",
     "agentrl.explain",

@@ -42,6 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="OpenAI-compatible server (vLLM, llama.cpp, Ollama), e.g. http://127.0.0.1:8000/v1",
     )
+    p.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="NAME",
+        help="read the judge server's API key from $NAME (default: $AGENTRL_JUDGE_API_KEY; "
+        "$OPENAI_API_KEY goes to https://api.openai.com only)",
+    )
     p.add_argument("--concurrency", type=int, default=16, metavar="N", help="judge calls in flight (16)")
     p.add_argument("--out", metavar="OUT.jsonl", help="where to write (default: TRAJ.judged.jsonl)")
     p.add_argument(
@@ -66,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
+    from agentrl.credentials import explicit_key
     from agentrl.errors import ConfigError
     from agentrl.judge import JudgeConfig, load_rubric, score_trajectories, summarize
     from agentrl.trajectory import read_trajectories, write_trajectories
@@ -79,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         config = JudgeConfig(
             model=args.model,
             api_base=args.api_base,
-            api_key=os.environ.get("AGENTRL_JUDGE_API_KEY"),
+            api_key=explicit_key(None, args.api_key_env) or os.environ.get("AGENTRL_JUDGE_API_KEY"),
             concurrency=args.concurrency,
             criteria_per_call=args.criteria_per_call,
             samples=args.samples,

@@ -25,7 +25,15 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--api-base", default=None, help="openai: base URL of the server, e.g. http://127.0.0.1:8000/v1"
     )
-    p.add_argument("--api-key", default=None, help="openai: API key (default: $OPENAI_API_KEY or none)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="openai/litellm: the server's API key (default: $OPENAI_API_KEY for https://api.openai.com "
+        "only, a placeholder for any other server)",
+    )
+    p.add_argument(
+        "--api-key-env", default=None, metavar="NAME", help="openai/litellm: read the API key from $NAME"
+    )
     p.add_argument("--temperature", type=float, default=None, help="openai: sampling temperature")
     p.add_argument("--max-tokens", type=int, default=None, help="openai: max tokens per turn")
     p.add_argument("-n", type=int, default=1, help="samples per task (default 1)")
@@ -89,6 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
+    from agentrl.credentials import explicit_key
     from agentrl.env.config import load_env_config
     from agentrl.errors import ConfigError
     from agentrl.policy import make_policy
@@ -101,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     policy_opts = {
         "noise": args.noise,
         "api_base": args.api_base,
-        "api_key": args.api_key,
+        "api_key": explicit_key(args.api_key, args.api_key_env),
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
     }

@@ -4,7 +4,8 @@ litellm is imported on first use only (it takes seconds to import and fetches a 
 ``LITELLM_LOCAL_MODEL_COST_MAP`` is set, which we do). litellm's and the OpenAI SDK's own
 retries are switched off so that this module alone decides: 429, 5xx, timeouts and connection
 errors are retried with exponential backoff and jitter, honouring a server's ``Retry-After``;
-other errors (bad request, authentication, unknown model) fail at once.
+other errors (bad request, authentication, unknown model) fail at once. The key comes from
+``agentrl.credentials.litellm_key``: never ``$OPENAI_API_KEY`` to a server other than OpenAI's own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.credentials import litellm_key
 from agentrl.judge.config import JudgeConfig
 
 __all__ = ["CallFailed", "CallPool", "CallResult", "complete", "load_litellm"]
@@ -183,10 +185,6 @@ async def complete(config: JudgeConfig, messages: list[dict[str, str]], pool: Ca
     }
     if config.api_base:
         kwargs["api_base"] = config.api_base
-        # Never forward OPENAI_API_KEY to an arbitrary server: its own key, or a placeholder.
-        kwargs["api_key"] = config.api_key or "sk-local"
-    elif config.api_key:
-        kwargs["api_key"] = config.api_key
     # Explicit prices (or 0 for a local server) spare litellm a failing price-map lookup per call.
     if config.input_cost_per_token is not None or config.output_cost_per_token is not None or config.api_base:
         kwargs["input_cost_per_token"] = config.input_cost_per_token or 0.0
@@ -196,6 +194,12 @@ async def complete(config: JudgeConfig, messages: list[dict[str, str]], pool: Ca
     if config.response_format:
         kwargs["response_format"] = {"type": "json_object"}
     kwargs.update(config.extra_kwargs)
+    # $OPENAI_API_KEY only to OpenAI's own API; any other server gets its own key or a placeholder.
+    base = kwargs.get("api_base") or kwargs.get("base_url")
+    given = config.api_key or kwargs.get("api_key")
+    key = litellm_key(litellm, kwargs["model"], base, str(given) if given else None)
+    if key:
+        kwargs["api_key"] = key
     attempt = 0
     while True:
         attempt += 1

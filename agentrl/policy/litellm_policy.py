@@ -3,7 +3,10 @@
 litellm is imported on first use, with its price map read locally (it would fetch it from the
 network otherwise). Hosted APIs return no token ids, so these turns carry no TITO data: they are
 for evaluation and data collection, not for on-policy training. Retries are bounded and use
-exponential backoff; litellm's own retries are switched off.
+exponential backoff; litellm's own retries are switched off. Bad requests and refused keys
+(401/403) are not retried. The key follows ``agentrl.credentials.litellm_key``: with ``api_base``
+(or ``$OPENAI_BASE_URL`` for an OpenAI model) pointing anywhere but OpenAI's own API, only the
+explicit ``api_key`` or a placeholder is sent, never ``$OPENAI_API_KEY``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import os
 from typing import Any
 
+from agentrl.credentials import litellm_key
 from agentrl.policy.base import EpisodeContext
 from agentrl.policy.openai import PolicyError, _wire
 from agentrl.trajectory import Message
@@ -46,8 +50,8 @@ class LiteLLMPolicy:
             self.kwargs["top_p"] = top_p
         if api_base:
             self.kwargs["api_base"] = api_base
-        if api_key:
-            self.kwargs["api_key"] = api_key
+        self.api_base = api_base
+        self.api_key = api_key
         self.retries = retries
         self.send_tools = send_tools
 
@@ -57,6 +61,9 @@ class LiteLLMPolicy:
         import litellm
 
         kwargs = dict(self.kwargs)
+        key = litellm_key(litellm, self.model, self.api_base, self.api_key)
+        if key:
+            kwargs["api_key"] = key
         if self.send_tools and ctx.tools:
             kwargs["tools"] = ctx.tools
         last = ""
@@ -77,9 +84,15 @@ class LiteLLMPolicy:
                 if getattr(msg, "reasoning_content", None):
                     fields["reasoning_content"] = msg.reasoning_content
                 return Message.model_validate(fields)
-            except (litellm.exceptions.BadRequestError, litellm.exceptions.AuthenticationError) as e:
+            except (
+                litellm.exceptions.BadRequestError,
+                litellm.exceptions.AuthenticationError,
+                litellm.exceptions.PermissionDeniedError,
+            ) as e:
                 raise PolicyError(f"{self.model}: {e}") from None
             except Exception as e:  # rate limits, timeouts, 5xx, connection errors: retry
+                if getattr(e, "status_code", None) in (401, 403):  # litellm maps a 403 to APIError
+                    raise PolicyError(f"{self.model}: the server refused the API key: {e}") from None
                 last = f"{type(e).__name__}: {e}"
             if attempt < self.retries:
                 await asyncio.sleep(min(8.0, 0.5 * 2**attempt))

@@ -4,18 +4,20 @@ Each turn is one ``POST {api_base}/chat/completions``. For token-in-token-out th
 ``logprobs`` and, as vLLM extensions, ``return_token_ids`` and ``return_tokens_as_token_ids``; the
 sampled ids and their logprobs are stored on the returned assistant message. A server that rejects
 the extensions (HTTP 400 naming them) is asked again without them, once, and remembered. Transport
-errors, 429 and 5xx are retried with exponential backoff a bounded number of times.
+errors, 429 and 5xx are retried with exponential backoff a bounded number of times; 401 and 403
+are not. The key sent is ``agentrl.credentials.key_for(base)``: ``$OPENAI_API_KEY`` only to
+OpenAI's own API, otherwise the explicit ``api_key`` or a placeholder.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from typing import Any
 
 import httpx
 
+from agentrl.credentials import env_base_url, key_for
 from agentrl.errors import ConfigError
 from agentrl.policy.base import EpisodeContext
 from agentrl.trajectory import Message
@@ -76,7 +78,7 @@ class OpenAIPolicy:
         send_tools: bool = False,
         max_connections: int = 64,
     ):
-        base = api_base or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
+        base = api_base or env_base_url()
         if not base:
             raise ConfigError(
                 "--api-base: the openai policy needs the server's base URL (e.g. http://127.0.0.1:8000/v1)"
@@ -84,7 +86,7 @@ class OpenAIPolicy:
         self.model = model
         self.name = f"openai:{model}"
         self.url = base.rstrip("/") + "/chat/completions"
-        key = api_key or os.environ.get("OPENAI_API_KEY")
+        key = key_for(base, api_key)  # $OPENAI_API_KEY only to OpenAI's own API (agentrl.credentials)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.params: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
         if top_p is not None:
@@ -140,6 +142,11 @@ class OpenAIPolicy:
             for k in _TITO_EXTRAS:
                 body.pop(k, None)
             resp = await self._post(body)
+        if resp.status_code in (401, 403):  # never retried: the same key fails the same way
+            raise PolicyError(
+                f"{self.url}: HTTP {resp.status_code}, the server refused the API key "
+                f"(give its key with --api-key or --api-key-env): {resp.text[:200]}"
+            )
         if resp.status_code >= 400:
             raise PolicyError(f"{self.url}: HTTP {resp.status_code}: {resp.text[:300]}")
         try:

@@ -16,10 +16,12 @@ from tests.local_http import send_json, start_server
 
 
 class FakeChatServer:
-    """Start with ``FakeChatServer()``; ``base`` is the ``/v1`` URL; ``requests`` holds request bodies."""
+    """Start with ``FakeChatServer()``; ``base`` is the ``/v1`` URL; ``requests`` holds request bodies
+    and ``authorization`` their Authorization headers."""
 
     def __init__(self, latency_s: float = 0.0, tito: bool = True):
         self.requests: list[dict] = []
+        self.authorization: list[str | None] = []  # each request's Authorization header
         self.latency_s = latency_s
         self.tito = tito
         server = self
@@ -39,6 +41,7 @@ class FakeChatServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 server.requests.append(body)
+                server.authorization.append(self.headers.get("Authorization"))
                 if server.latency_s:
                     time.sleep(server.latency_s)
                 if not server.tito and "return_token_ids" in body:

@@ -14,7 +14,7 @@ from agentrl.env.backends.http_fetch import HttpFetch
 from agentrl.env.backends.http_search import HttpSearch
 from agentrl.env.backends.ssrf import address_allowed
 from agentrl.env.config import FetchConfig, SearchConfig
-from tests.local_http import start_server
+from tests.local_http import RecordingServer, start_server
 
 from .conftest import call
 
@@ -296,3 +296,83 @@ def test_slow_tool_call_times_out_as_an_error_observation(site, small_suite):
     obs, _, term, trunc, info = env.step(call("open_url", url=site.url("/slow")))
     assert time.monotonic() - t0 < 0.9
     assert "timed out" in obs and info["tool_timeouts"] == 1 and not term and not trunc
+
+
+# IPv6 addresses that embed an IPv4 address are judged by it (issue #13): (address, embedded, allowed).
+EMBEDDED = [
+    ("2002:7f00:1::", "6to4 of 127.0.0.1", False),
+    ("2002:a9fe:a9fe::1", "6to4 of 169.254.169.254", False),
+    ("2002:c0a8:101::", "6to4 of 192.168.1.1", False),
+    ("2002:808:808::1", "6to4 of 8.8.8.8", True),
+    # Teredo: server IPv4 in bits 32-63, client IPv4 XOR 0xffffffff in the last 32 bits.
+    ("2001:0:808:808::8000:80ff:fffe", "Teredo, client 127.0.0.1 (~0x7f000001)", False),
+    ("2001:0:7f00:1::8000:f7f7:f7f7", "Teredo, server 127.0.0.1", False),
+    ("2001:0:808:808::8000:f5ff:fefe", "Teredo, client 10.0.1.1", False),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "RFC 4380 example, client 192.0.2.45 (documentation)", False),
+    ("2001:0:808:808::8000:f7f7:f7f7", "Teredo, server and client 8.8.8.8", True),
+    ("64:ff9b::7f00:1", "NAT64 of 127.0.0.1", False),
+    ("64:ff9b::a9fe:a9fe", "NAT64 of 169.254.169.254", False),
+    ("64:ff9b::808:808", "NAT64 of 8.8.8.8", True),
+    ("64:ff9b:1::808:808", "local-use NAT64: layout unknown, refused whole", False),
+    ("::ffff:a00:1", "IPv4-mapped 10.0.0.1", False),
+    ("::ffff:808:808", "IPv4-mapped 8.8.8.8", True),
+    ("::7f00:1", "IPv4-compatible 127.0.0.1 (deprecated: refused whole)", False),
+    ("::808:808", "IPv4-compatible 8.8.8.8 (deprecated: refused whole)", False),
+    ("2001:4860:4860::8888", "plain global IPv6", True),
+]
+
+
+@pytest.mark.parametrize(("addr", "what", "allowed"), EMBEDDED, ids=[e[0] for e in EMBEDDED])
+def test_addresses_embedding_ipv4_are_judged_by_it(addr, what, allowed):
+    assert address_allowed(addr) is allowed, what
+
+
+def test_every_resolved_address_and_every_hop_is_checked_for_embedded_ipv4(site, target):
+    # A name whose AAAA records include 6to4-of-loopback is refused, even after a public address.
+    resolve = {"six.example": ["93.184.216.34", "2002:7f00:1::"]}
+    guarded = HttpFetch(FetchConfig(backend="http"), resolver=lambda h, p: resolve[h])
+    with pytest.raises(ToolFailure, match=r"non-public address \(2002:7f00:1::\)"):
+        guarded.fetch(target.url("/", host="six.example"))
+    with pytest.raises(ToolFailure, match="blocked"):
+        guarded.fetch("http://[64:ff9b::a9fe:a9fe]/latest/meta-data/")
+    # A redirect hop to a literal embedded loopback is refused before any connection.
+    hop = _Server(lambda path, _: (302, {"Location": f"http://[2002:7f00:1::]:{target.port}/"}, b""))
+    try:
+        with pytest.raises(ToolFailure, match="blocked"):
+            HttpFetch(FetchConfig(backend="http"), exempt=(f"127.0.0.1:{hop.port}",)).fetch(hop.url("/"))
+        assert hop.hits == {"/": 1} and target.hits == {}
+    finally:
+        hop.close()
+
+
+def test_fetch_sends_no_credentials_to_any_host():
+    """No userinfo, no cookie: not to the first host, not across a redirect, not on a later fetch."""
+    other = RecordingServer(lambda path: (200, {"Content-Type": "text/plain"}, b"other"))
+    first = RecordingServer(
+        lambda path: (302, {"Location": other.url + "/landed", "Set-Cookie": "session=s3cret; Path=/"}, b"")
+    )
+    try:
+        f = HttpFetch(FetchConfig(backend="http", allow_private=True, timeout_s=5))
+        user_url = first.url.replace("http://", "http://alice:pa55@") + "/start"
+        assert f.fetch(user_url).text == "other"
+        assert f.fetch(first.url + "/again").text == "other"
+        for server in (first, other):
+            for _, headers in server.requests:
+                assert "authorization" not in headers and "cookie" not in headers, headers
+        assert len(first.requests) == 2 and len(other.requests) == 2
+    finally:
+        first.close()
+        other.close()
+
+
+def test_search_credentials_do_not_follow_a_redirect():
+    other = RecordingServer(lambda path: (200, {"Content-Type": "application/json"}, b'{"results": []}'))
+    hop = RecordingServer(lambda path: (307, {"Location": other.url + path}, b""))
+    try:
+        url = hop.url.replace("http://", "http://user:s3cret@") + "/search"
+        with pytest.raises(ToolFailure, match="redirect, not followed"):
+            HttpSearch(SearchConfig(backend="http", url=url)).search("x", 3)
+        assert hop.header("authorization")[0].startswith("Basic ") and other.requests == []
+    finally:
+        hop.close()
+        other.close()

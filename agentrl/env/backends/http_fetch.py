@@ -1,7 +1,8 @@
 """``open_url`` over HTTP: httpx GET with redirects followed by hand, every hop through the SSRF guard.
 
 Each hop is resolved and checked (``ssrf.checked_target``), then requested from the checked
-address with the original ``Host`` header (and TLS server name), never re-resolved. Responses are
+address with the original ``Host`` header (and TLS server name), never re-resolved; no userinfo,
+cookie or other credential is sent, to the first host or any hop. Responses are
 read as a stream and cut off at ``max_bytes``; HTML becomes text with selectolax, PDF with pypdf,
 other text types are decoded, anything else is refused. Transport errors are retried a bounded
 number of times with exponential backoff; HTTP errors are not.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import time
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import urljoin
 
 import httpx
@@ -35,11 +37,14 @@ class HttpFetch:
         self.resolver = resolver or system_resolver
         self.exempt = exempt
         # trust_env=False: an HTTP(S)_PROXY from the environment would connect on our behalf to
-        # addresses the guard never saw.
+        # addresses the guard never saw. A jar that accepts no cookie: requests go to the checked
+        # IP, so a kept cookie would be sent to every other site on that IP (a CDN's thousands),
+        # and would carry one episode's session into the next.
         self._client = httpx.Client(
             timeout=httpx.Timeout(config.timeout_s),
             follow_redirects=False,
             trust_env=False,
+            cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
             headers={
                 "User-Agent": config.user_agent,
                 "Accept": "text/html,application/pdf,text/plain;q=0.9,*/*;q=0.1",

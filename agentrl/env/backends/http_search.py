@@ -25,7 +25,10 @@ class HttpSearch:
 
     def __init__(self, config: SearchConfig):
         self.config = config
-        self._client = httpx.Client(timeout=httpx.Timeout(config.timeout_s), trust_env=False)
+        # Redirects are not followed: credentials in search.url would otherwise go along.
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(config.timeout_s), trust_env=False, follow_redirects=False
+        )
         if not config.allow_private:  # the service's own address is checked once, like any fetch
             from agentrl.env.backends.ssrf import checked_target, system_resolver
 
@@ -58,6 +61,11 @@ class HttpSearch:
                 time.sleep(min(2.0, 0.2 * 2**attempt))
         else:
             raise ToolFailure(f"search service unavailable ({last})")
+        if 300 <= resp.status_code < 400:
+            raise ToolFailure(
+                f"search service answered HTTP {resp.status_code} (a redirect, not followed: "
+                "set search.url to the final address)"
+            )
         if resp.status_code >= 400:
             raise ToolFailure(f"search service answered HTTP {resp.status_code}")
         try:
