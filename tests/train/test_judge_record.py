@@ -72,10 +72,15 @@ def test_an_override_is_recorded_and_agentrl_judge_rejudges_to_the_training_tota
             api_base=server.url,
             cache_path=str(tmp_path / "c.sqlite"),
         )
+        again = [t.model_copy(deep=True) for t in trajs]
         judge = StepJudge(cfg)
         metrics = judge.score(trajs)
         judge.close()
         assert metrics["judge/calls"] == 3.0
+        # The run's judge has the verdict cache of its JudgeConfig: a second pass asks nothing.
+        judge = StepJudge(cfg)
+        assert judge.score(again) == {"judge/calls": 0.0, "judge/cache_hits": 9.0}
+        judge.close()
         trained = [t.reward.total for t in trajs]
         assert trained == [4.0, 2.0, 1.0]  # figure 2 + quarter 1 + cite 1; no Q1 label, no cite; rumour -1
         assert trained != task_totals  # the override matters, so a wrong rubric shows
