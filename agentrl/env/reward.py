@@ -62,14 +62,16 @@ def score_trajectory_llm(
     """Score with the LLM judge, blocking (for ``judge: inline`` outside an event loop)."""
     import asyncio
 
-    from agentrl.judge import Judge, JudgeConfig
+    from agentrl.judge import make_judge
 
     cfg: dict[str, Any] = {"model": model}
     if api_base:
         cfg["api_base"] = api_base
 
     def run() -> RewardBreakdown:
-        return asyncio.run(Judge(JudgeConfig(**cfg)).score(trajectory, rubric))
+        # A judge per call: the env has no end-of-run hook, and a judge's call pool lives on one loop.
+        with make_judge(cfg, source="env judge") as judge:
+            return asyncio.run(judge.score(trajectory, rubric))
 
     try:
         asyncio.get_running_loop()

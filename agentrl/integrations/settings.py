@@ -44,14 +44,9 @@ class AgentSettings(BaseModel):
         """Our ``Judge`` when a judge model is configured, else None."""
         if not self.judge:
             return None
-        from agentrl.judge import Judge, JudgeConfig
+        from agentrl.judge import make_judge
 
-        try:
-            return Judge(JudgeConfig.model_validate(self.judge))
-        except ValidationError as e:
-            raise ConfigError(
-                f"agentrl judge settings: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}"
-            ) from e
+        return make_judge(self.judge, source="agentrl.judge")
 
 
 def load_settings(

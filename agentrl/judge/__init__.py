@@ -12,11 +12,12 @@ first LLM call, never here, so importing this package is cheap.
 from agentrl.judge.cache import VerdictCache
 from agentrl.judge.config import JudgeConfig
 from agentrl.judge.graders import find_numbers, grade_criterion, score_deterministic
-from agentrl.judge.llm import Judge, resolve_rubric, score_trajectories
+from agentrl.judge.llm import Judge, make_judge, score_trajectories
 from agentrl.judge.parse import ParsedReply, normalize_verdict, parse_reply
 from agentrl.judge.prompt import build_messages, prompt_hash
+from agentrl.judge.record import record_reward, resolve_rubric, rubric_record
 from agentrl.judge.rubric import Criterion, Rubric, load_rubric, parse_rubric
-from agentrl.judge.score import aggregate, breakdown, map_verdict
+from agentrl.judge.score import aggregate, breakdown, map_verdict, normalize, normalized_reward
 from agentrl.judge.summary import JudgeSummary, summarize
 
 __all__ = [
@@ -33,12 +34,17 @@ __all__ = [
     "find_numbers",
     "grade_criterion",
     "load_rubric",
+    "make_judge",
     "map_verdict",
+    "normalize",
     "normalize_verdict",
+    "normalized_reward",
     "parse_reply",
     "parse_rubric",
     "prompt_hash",
+    "record_reward",
     "resolve_rubric",
+    "rubric_record",
     "score_deterministic",
     "score_trajectories",
     "summarize",

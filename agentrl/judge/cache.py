@@ -1,8 +1,12 @@
-"""The verdict cache: sqlite, keyed by judge model, rubric hash, prompt hash, report hash and criterion.
+"""The verdict cache: sqlite, keyed by everything that can change a verdict.
 
-A second run over the same trajectories with the same rubric, prompt templates and judge model
-makes no calls at all, and a stored run can be re-scored offline. Only successful verdicts are
-stored; judge errors are retried next time.
+A key holds the judge settings that reach the model or shape what it is shown (``VERDICT_FIELDS``
+of ``JudgeConfig``: model, server, sampling, samples, criteria per call, sources), the prompt
+templates' hash, the rubric's content hash, the criterion's own content and the hash of what the
+judge saw of the trajectory (task, sources, report). A second run over the same trajectories with
+the same settings makes no calls at all, and a stored run can be re-scored offline; a run with
+another temperature or server asks again. Only successful verdicts are stored; judge errors are
+retried next time.
 """
 
 from __future__ import annotations
@@ -15,16 +19,58 @@ import time
 from pathlib import Path
 
 from agentrl.errors import ConfigError
+from agentrl.judge.config import JudgeConfig
+from agentrl.judge.rubric import Criterion
 
-__all__ = ["VerdictCache", "cache_key"]
+__all__ = ["KEY_VERSION", "OTHER_FIELDS", "VERDICT_FIELDS", "VerdictCache", "cache_key"]
+
+#: Bump when the key's layout changes (old rows then simply stop matching).
+KEY_VERSION = 2
+#: ``JudgeConfig`` fields that can change a verdict: each is part of every key.
+VERDICT_FIELDS: tuple[str, ...] = (
+    "model",
+    "api_base",
+    "temperature",
+    "max_tokens",
+    "response_format",
+    "extra_kwargs",
+    "samples",
+    "criteria_per_call",
+    "include_sources",
+    "source_tools",
+    "max_source_chars",
+)
+#: The fields that cannot (how hard the judge is pushed, what it costs, where the cache lives).
+OTHER_FIELDS: tuple[str, ...] = (
+    "api_key",
+    "concurrency",
+    "timeout_s",
+    "max_retries",
+    "max_parse_retries",
+    "backoff_base_s",
+    "backoff_max_s",
+    "input_cost_per_token",
+    "output_cost_per_token",
+    "cache_path",
+)
 
 
 def cache_key(
-    model: str, rubric_hash: str, prompt_hash: str, report_hash: str, criterion: str, samples: int
+    config: JudgeConfig, *, rubric_hash: str, prompt_hash: str, input_hash: str, criterion: Criterion
 ) -> str:
-    """The key of one criterion's verdict (sha256 hex of the parts)."""
-    parts = json.dumps([model, rubric_hash, prompt_hash, report_hash, criterion, samples])
-    return hashlib.sha256(parts.encode("utf-8")).hexdigest()
+    """The key of one criterion's verdict: sha256 (hex) of the judge settings in ``VERDICT_FIELDS``,
+    the prompt templates' hash, the rubric's hash, the criterion's content and the input's hash."""
+    settings = {name: getattr(config, name) for name in VERDICT_FIELDS}
+    parts = [
+        KEY_VERSION,
+        settings,
+        prompt_hash,
+        rubric_hash,
+        criterion.model_dump(mode="json"),
+        input_hash,
+    ]
+    blob = json.dumps(parts, sort_keys=True, default=repr, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class VerdictCache:

@@ -15,7 +15,8 @@ class JudgeConfig(BaseModel):
     (vLLM, llama.cpp, Ollama). ``model=None`` is fine for rubrics with only deterministic criteria.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # The docstrings under the fields are their descriptions (a training config's --print-config).
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     model: str | None = None
     """litellm model string; None when every criterion is deterministic."""

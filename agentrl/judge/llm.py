@@ -13,10 +13,12 @@ import asyncio
 import os
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from agentrl.errors import ConfigError, JudgeError
 from agentrl.judge.cache import VerdictCache, cache_key
@@ -25,11 +27,12 @@ from agentrl.judge.config import JudgeConfig
 from agentrl.judge.graders import grade_criterion
 from agentrl.judge.parse import parse_reply
 from agentrl.judge.prompt import JudgeInput, build_messages, judge_input, prompt_hash
-from agentrl.judge.rubric import Criterion, Rubric, load_rubric, parse_rubric
+from agentrl.judge.record import record_reward, resolve_rubric
+from agentrl.judge.rubric import Criterion, Rubric
 from agentrl.judge.score import breakdown, map_verdict
 from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, Trajectory
 
-__all__ = ["Judge", "resolve_rubric", "run_sync", "score_trajectories"]
+__all__ = ["Judge", "make_judge", "run_sync", "score_trajectories"]
 
 _ORDINAL = {"Not Satisfied": 0, "Partially Satisfied": 1, "Fully Satisfied": 2}
 
@@ -55,7 +58,9 @@ def majority(votes: Sequence[str]) -> str:
 class Judge:
     """Scores trajectories against rubrics. One instance can serve many calls of ``score``/``score_many``.
 
-    >>> judge = Judge(JudgeConfig(model="qwen3-8b", api_base="http://127.0.0.1:8000/v1"))  # doctest: +SKIP
+    Build it with ``make_judge`` (one per run), and ``close`` it (or use it as a context manager).
+
+    >>> judge = make_judge(JudgeConfig(model="qwen3-8b", api_base="http://127.0.0.1:8000/v1"))  # doctest: +SKIP
     >>> reward = await judge.score(trajectory, load_rubric("rubrics/deep-research-report.yaml"))  # doctest: +SKIP
     """
 
@@ -93,6 +98,12 @@ class Judge:
         if self._cache is not None:
             self._cache.close()
             self._cache = None
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- one call, asked again for what is missing -------------------------------------------
     async def _ask(
@@ -162,7 +173,9 @@ class Judge:
         stats, phash = _Stats(), prompt_hash()
 
         def key(c: Criterion) -> str:
-            return cache_key(cfg.model or "", rubric.content_hash, phash, inp.hash, c.id, cfg.samples)
+            return cache_key(
+                cfg, rubric_hash=rubric.content_hash, prompt_hash=phash, input_hash=inp.hash, criterion=c
+            )
 
         def record(c: Criterion, verdict: str, reasoning: str) -> None:
             graded.append(
@@ -221,25 +234,18 @@ class Judge:
         return list(await asyncio.gather(*(self.score(t, r) for t, r in items)))
 
 
-def resolve_rubric(trajectory: Trajectory, override: Rubric | None, *, base_dir: str | Path = ".") -> Rubric:
-    """The rubric for a trajectory: ``override`` if given, else ``info["rubric"]`` (a path or an inline
-    mapping; ``info["task"]["rubric"]`` also works). A bare id names ``rubrics/<id>.yaml``."""
-    if override is not None:
-        return override
-    info = trajectory.info or {}
-    spec: Any = info.get("rubric")
-    if spec is None and isinstance(info.get("task"), dict):
-        spec = info["task"].get("rubric")
-    if spec is None:
-        raise ConfigError(f"trajectory {trajectory.id!r} names no rubric (info.rubric); pass --rubric")
-    if isinstance(spec, dict):
-        return parse_rubric(spec, source=f"trajectory {trajectory.id} info.rubric")
-    if isinstance(spec, str):
-        path = Path(base_dir, spec)
-        if not path.exists() and "/" not in spec and not spec.endswith((".yaml", ".yml")):
-            path = Path(base_dir, "rubrics", f"{spec}.yaml")
-        return load_rubric(path)
-    raise ConfigError(f"trajectory {trajectory.id!r}: info.rubric must be a path or a mapping")
+def make_judge(config: JudgeConfig | Mapping[str, Any] | None = None, *, source: str = "judge") -> Judge:
+    """The one way to build a ``Judge``: from a ``JudgeConfig`` (a training config's ``judge``
+    section is one) or a mapping of its fields. A bad mapping is a ``ConfigError`` naming
+    ``source.field``. Build one per run and close it at the end (it holds the verdict cache)."""
+    if config is None or isinstance(config, JudgeConfig):
+        return Judge(config)
+    try:
+        return Judge(JudgeConfig.model_validate(dict(config)))
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{source}.{where}: {err['msg']}") from None
 
 
 def run_sync(coro: Any) -> Any:
@@ -273,9 +279,10 @@ def score_trajectories(
     *,
     base_dir: str | Path = ".",
 ) -> list[Trajectory]:
-    """Score trajectories synchronously; returns copies with ``reward`` filled in (judge errors included).
+    """Score trajectories synchronously; returns copies with ``reward`` filled in (judge errors
+    included) and the rubric that scored them recorded (``record_reward``).
 
-    ``rubric`` overrides the rubric each trajectory names in ``info["rubric"]``.
+    ``rubric`` overrides the rubric each trajectory records in ``info["rubric"]``.
     """
     loaded: dict[str, Rubric] = {}
     items: list[tuple[Trajectory, Rubric]] = []
@@ -288,9 +295,11 @@ def score_trajectories(
         if rubric is None and isinstance(spec, str):
             loaded[spec] = r
         items.append((t, r))
-    judge = Judge(config)
-    try:
+    with make_judge(config) as judge:
         rewards = run_sync(judge.score_many(items))
-    finally:
-        judge.close()
-    return [t.model_copy(update={"reward": r}) for t, r in zip(trajectories, rewards, strict=True)]
+    out = []
+    for (t, r), reward in zip(items, rewards, strict=True):
+        copy = t.model_copy(update={"info": dict(t.info)})
+        record_reward(copy, reward, r)
+        out.append(copy)
+    return out

@@ -1,10 +1,12 @@
 """Reading the judge's reply: a JSON object ``{"criteria": [{"id", "reasoning", "verdict"}]}``.
 
 Models wrap JSON in prose, ``<think>`` blocks and code fences, and write verdicts in any case.
-``parse_reply`` strips reasoning blocks, collects every top-level JSON object in the text and
-takes the last one that carries criteria; verdicts are matched case- and punctuation-insensitively
-against the three enumerated verdicts. It never raises: what it cannot read becomes a problem in
-the result, and the caller retries.
+``parse_reply`` strips reasoning blocks and reads every top-level JSON object in the text that
+gives verdicts; verdicts are matched case- and punctuation-insensitively against the three
+enumerated verdicts. Each asked-for criterion must get exactly one verdict in the whole reply:
+a second one (a quoted example after the answer, a "revised" object, the same id twice in the
+list) is ambiguous, so that criterion is a problem, never decided by which came first or last.
+It never raises: what it cannot read becomes a problem in the result, and the caller retries.
 """
 
 from __future__ import annotations
@@ -98,36 +100,35 @@ def parse_reply(text: Any, expected: list[str] | tuple[str, ...]) -> ParsedReply
     closes = list(_CLOSE_THINK.finditer(text))
     if closes:  # an unclosed-at-start think block: keep what follows the last closing tag
         text = text[closes[-1].end() :]
-    entries: list[Any] | None = None
-    for obj in reversed(_json_objects(text)):
-        entries = _criteria_list(obj)
-        if entries is not None:
-            break
-    if entries is None:
+    answers = [e for e in map(_criteria_list, _json_objects(text)) if e is not None]
+    if not answers:
         result.problems.append("no JSON object with 'criteria' in the reply")
         return result
     wanted = set(expected)
-    unknown: dict[str, str] = {}
-    for entry in entries:
-        entry = _lower_keys(entry)
-        if not isinstance(entry, dict):
-            continue
-        cid = entry.get("id", entry.get("criterion", entry.get("criterion_id")))
-        if not isinstance(cid, str | int) or str(cid).strip() not in wanted:
-            continue
-        cid = str(cid).strip()
-        verdict = normalize_verdict(entry.get("verdict"))
-        reasoning = entry.get("reasoning", entry.get("explanation", ""))
-        reasoning = reasoning if isinstance(reasoning, str) else json.dumps(reasoning, default=str)
-        if verdict is None:
-            unknown.setdefault(cid, repr(entry.get("verdict"))[:80])
-        else:
-            result.verdicts.setdefault(cid, (verdict, reasoning))
+    found: dict[str, list[tuple[str | None, str, Any]]] = {}
+    for entries in answers:
+        for entry in entries:
+            entry = _lower_keys(entry)
+            if not isinstance(entry, dict):
+                continue
+            cid = entry.get("id", entry.get("criterion", entry.get("criterion_id")))
+            if not isinstance(cid, str | int) or str(cid).strip() not in wanted:
+                continue
+            reasoning = entry.get("reasoning", entry.get("explanation", ""))
+            reasoning = reasoning if isinstance(reasoning, str) else json.dumps(reasoning, default=str)
+            raw = entry.get("verdict")
+            found.setdefault(str(cid).strip(), []).append((normalize_verdict(raw), reasoning, raw))
     for cid in expected:
-        if cid in result.verdicts:
-            continue
-        if cid in unknown:
-            result.problems.append(f"criterion {cid!r}: unknown verdict {unknown[cid]}")
-        else:
+        got = found.get(cid, [])
+        if not got:
             result.problems.append(f"criterion {cid!r}: missing from the reply")
+        elif len(got) > 1:
+            said = ", ".join(repr(v or raw)[:40] for v, _, raw in got)
+            result.problems.append(
+                f"criterion {cid!r}: {len(got)} verdicts in the reply ({said}); expected one"
+            )
+        elif got[0][0] is None:
+            result.problems.append(f"criterion {cid!r}: unknown verdict {repr(got[0][2])[:80]}")
+        else:
+            result.verdicts[cid] = (got[0][0], got[0][1])
     return result

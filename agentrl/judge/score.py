@@ -13,15 +13,26 @@ Not Satisfied         0 / 0                 0                     0
 A negative criterion describes a flaw and carries a negative weight, so a score of 1 there
 (the flaw is present) subtracts ``|w|``. Aggregations: ``weighted_sum`` R = Σ wᵢ·sᵢ and
 ``normalized`` R = clip(Σ wᵢ·sᵢ / Σ_{w>0} w, 0, 1) (HealthBench's rule).
+
+Every reward also carries its normalised value (``RewardBreakdown.normalized``), computed here
+and nowhere else: trainers, replays and adapters read it through ``normalized_reward``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown
+from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, Trajectory
 
-__all__ = ["AGGREGATIONS", "MAPPINGS", "aggregate", "breakdown", "map_verdict"]
+__all__ = [
+    "AGGREGATIONS",
+    "MAPPINGS",
+    "aggregate",
+    "breakdown",
+    "map_verdict",
+    "normalize",
+    "normalized_reward",
+]
 
 MAPPINGS: tuple[str, ...] = ("strict", "ternary", "binary")
 AGGREGATIONS: tuple[str, ...] = ("weighted_sum", "normalized")
@@ -69,8 +80,36 @@ def aggregate(
         denom = positive_weight if positive_weight is not None else sum(w for w, _ in pairs if w > 0)
         if denom <= 0:
             raise ValueError("'normalized' aggregation needs a positive total weight")
-        return min(1.0, max(0.0, total / denom))
+        return _clip_ratio(total, denom)
     raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {', '.join(AGGREGATIONS)}")
+
+
+def _clip_ratio(total: float, positive_weight: float) -> float:
+    return min(1.0, max(0.0, total / positive_weight))
+
+
+def normalize(total: float, aggregation: str | None, positive_weight: float) -> float:
+    """A total on [0, 1]: clip(total / ``positive_weight``, 0, 1), as the ``normalized`` aggregation
+    gives. A total that is already normalised, or one with no positive weight to divide by (an
+    unanswered episode's 0), is returned as it is."""
+    if aggregation == "normalized" or positive_weight <= 0:
+        return total
+    return _clip_ratio(total, positive_weight)
+
+
+def normalized_reward(reward: RewardBreakdown | Trajectory) -> float:
+    """The normalised reward of a scored trajectory (or of its ``RewardBreakdown``): the value the
+    judge recorded, or for a reward recorded without one (older files, an unanswered episode's 0)
+    the same ``normalize`` over its criteria, which a scored reward holds all of.
+
+    Raises ``ValueError`` for a missing reward or a ``judge_error`` (they have no reward to train on).
+    """
+    r = reward.reward if isinstance(reward, Trajectory) else reward
+    if r is None or r.total is None:
+        raise ValueError("no reward: the trajectory is unscored or a judge error")
+    if r.normalized is not None:
+        return r.normalized
+    return normalize(r.total, r.aggregation, sum(c.weight for c in r.criteria if c.weight > 0))
 
 
 def breakdown(
@@ -95,13 +134,15 @@ def breakdown(
     missing = [c.id for c in rubric.criteria if c.id not in by_id]
     if missing and error is None:
         error = f"no verdict for criteria {', '.join(missing)}"
-    total = None
+    total = normalized = None
     if error is None:
         positive = sum(c.weight for c in rubric.criteria if c.weight > 0)
         total = aggregate(ordered, rubric.aggregation, positive_weight=positive)
+        normalized = normalize(total, rubric.aggregation, positive)
     return RewardBreakdown(
         total=total,
         status="ok" if error is None else "judge_error",
+        normalized=normalized,
         criteria=ordered,
         rubric_id=rubric.id,
         rubric_hash=rubric.content_hash,

@@ -22,6 +22,7 @@ from typing import Any
 from agentrl.env import ResearchEnv
 from agentrl.env.config import EnvConfig, load_env_config
 from agentrl.env.suite import Task, load_suite
+from agentrl.judge import record_reward
 from agentrl.policy.base import Policy
 from agentrl.rollout.ray_cluster import describe_error, ensure_ray, import_ray, start_actors
 from agentrl.rollout.ray_judge import start_judge
@@ -175,15 +176,15 @@ async def _drive(
                         on_done(None)
                     continue
                 if kind == "judge":
-                    traj.reward = result
-                    traj.info["needs_judge"] = False
+                    traj, rubric = traj
+                    record_reward(traj, result, rubric)
                     summary.judged += 1
                     await finish(traj)
                     continue
                 traj, rubric = result
                 if traj.info.get("needs_judge") and judge is not None:
                     jf = asyncio.wrap_future(judge.score.remote(traj, rubric).future())
-                    pending[jf] = ("judge", w, name, traj)
+                    pending[jf] = ("judge", w, name, (traj, rubric))
                 else:
                     await finish(traj)
             submit()

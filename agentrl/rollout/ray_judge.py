@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.judge import Judge, JudgeConfig, Rubric
+from agentrl.judge import Rubric, make_judge
 from agentrl.rollout.ray_cluster import import_ray
 from agentrl.trajectory import RewardBreakdown, Trajectory
 
@@ -21,7 +21,7 @@ class JudgeWorker:
     """The actor side: a ``Judge`` built from a ``JudgeConfig`` mapping, shared by every call."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.judge = Judge(JudgeConfig(**config))
+        self.judge = make_judge(config)
 
     async def ready(self) -> bool:
         """True once the actor runs."""

@@ -129,16 +129,15 @@ async def _judge_batch(
     concurrency: int,
     cache_path: str | None = None,
 ):
-    from agentrl.judge import Judge, JudgeConfig
+    from agentrl.judge import make_judge, record_reward
 
     cfg: dict[str, Any] = {"model": model, "concurrency": concurrency, "cache_path": cache_path}
     if api_base:
         cfg["api_base"] = api_base
-    judge = Judge(JudgeConfig(**cfg))
-    results = await judge.score_many(pending)
-    for (traj, _), bd in zip(pending, results, strict=True):
-        traj.reward = bd
-        traj.info["needs_judge"] = False
+    with make_judge(cfg) as judge:
+        results = await judge.score_many(pending)
+    for (traj, rubric), bd in zip(pending, results, strict=True):
+        record_reward(traj, bd, rubric)
 
 
 def plan_episodes(

@@ -12,14 +12,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrl.errors import ConfigError
+from agentrl.judge.config import JudgeConfig
 
 __all__ = [
     "AlgorithmConfig",
-    "JudgeSettings",
     "ModelConfig",
     "OptimConfig",
     "RolloutConfig",
     "TrainConfig",
+    "TrainJudgeConfig",
     "VLLMSettings",
     "load_train_config",
 ]
@@ -78,13 +79,15 @@ class RolloutConfig(_Strict):
     )
 
 
-class JudgeSettings(_Strict):
-    rubric: str | None = Field(None, description="rubric YAML; default: each task's own rubric")
-    model: str | None = Field(
-        None, description="LLM judge model (litellm name); None = deterministic graders only"
+class TrainJudgeConfig(JudgeConfig):
+    """The run's judge: every ``JudgeConfig`` field (model, api_base, concurrency, cache_path,
+    samples, temperature, ...), plus the rubric override and which reward the policy trains on."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+    rubric: str | None = Field(
+        None, description="rubric YAML for every task; default: each task's own rubric"
     )
-    api_base: str | None = Field(None, description="OpenAI-compatible endpoint of the judge")
-    concurrency: int = Field(16, ge=1, description="concurrent judge calls")
     normalize: bool = Field(
         True, description="train on the rubric's normalized [0, 1] score rather than the weighted sum"
     )
@@ -169,7 +172,7 @@ class TrainConfig(_Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    judge: TrainJudgeConfig = Field(default_factory=TrainJudgeConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     vllm: VLLMSettings = Field(default_factory=VLLMSettings, description="rollout.engine: vllm")
     steps: int = Field(20, ge=0, description="training steps (rollout → judge → expand → update)")

@@ -1,34 +1,58 @@
 """From finished episodes to a training batch: the LLM judge where the env could not score an
 answer, then the expander's rows, whose rewards the expander placed (the trajectory reward on the
 last policy token, turn rewards on each turn's last policy token). Trajectories the judge failed
-on, and rows with no policy token, are dropped and counted, never scored 0."""
+on, and rows with no policy token, are dropped and counted, never scored 0.
+
+The reward and its normalised value are the judge's (``agentrl.judge.normalized_reward``); this
+module only chooses which of the two a run trains on.
+"""
 
 from __future__ import annotations
-
-import asyncio
-from typing import Any
 
 import numpy as np
 import torch
 
 from agentrl.errors import ConfigError
+from agentrl.judge import load_rubric, make_judge, normalized_reward, record_reward, resolve_rubric
+from agentrl.judge.llm import run_sync
 from agentrl.tokens import Expander, collate
-from agentrl.train.config import JudgeSettings
+from agentrl.train.config import TrainJudgeConfig
 from agentrl.trajectory import Trajectory
 
-__all__ = ["build_batch", "judge_trajectories", "normalized_reward", "training_reward"]
+__all__ = ["StepJudge", "build_batch", "normalized_reward", "training_reward"]
 
 
-def normalized_reward(traj: Trajectory) -> float:
-    """The reward on [0, 1]: clip(total / Σ positive weights of its rubric, 0, 1), as the rubric's
-    ``normalized`` aggregation would give; the total itself when the rubric already normalizes,
-    or when no criterion was graded (an unanswered episode's 0)."""
-    r = traj.reward
-    assert r is not None and r.total is not None
-    pos = sum(c.weight for c in r.criteria if c.weight > 0)
-    if r.aggregation == "normalized" or pos <= 0:
-        return r.total
-    return min(max(r.total / pos, 0.0), 1.0)
+class StepJudge:
+    """The run's one judge: built from the config's ``judge`` section (verdict cache, majority vote,
+    concurrency and every other ``JudgeConfig`` field), used every step, closed at the end."""
+
+    def __init__(self, config: TrainJudgeConfig) -> None:
+        self.config = config
+        self.rubric = load_rubric(config.rubric) if config.rubric else None
+        if config.model is None and self.rubric is not None and not self.rubric.is_deterministic:
+            raise ConfigError("judge.rubric has LLM criteria: set judge.model")
+        self.judge = make_judge(config)
+
+    def score(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """Score, in place, the trajectories the env left to the LLM judge (all of them when
+        ``judge.rubric`` overrides the tasks' rubrics), recording the rubric used on each; returns
+        judge metrics."""
+        pending = trajs if self.rubric is not None else [t for t in trajs if t.info.get("needs_judge")]
+        if not pending:
+            return {}
+        if self.config.model is None and self.rubric is None:
+            raise ConfigError("these rubrics need the LLM judge: set judge.model")
+        items = [(t, resolve_rubric(t, self.rubric)) for t in pending]
+        for (t, rubric), bd in zip(items, run_sync(self.judge.score_many(items)), strict=True):
+            record_reward(t, bd, rubric)
+        return {
+            "judge/calls": float(sum(t.reward.calls for t in pending if t.reward)),
+            "judge/cache_hits": float(sum(t.reward.cache_hits for t in pending if t.reward)),
+        }
+
+    def close(self) -> None:
+        """Close the judge (its verdict cache and call workers)."""
+        self.judge.close()
 
 
 def training_reward(traj: Trajectory, normalize: bool) -> float:
@@ -37,27 +61,6 @@ def training_reward(traj: Trajectory, normalize: bool) -> float:
     r = traj.reward
     assert r is not None and r.total is not None
     return normalized_reward(traj) if normalize else float(r.total)
-
-
-def judge_trajectories(trajs: list[Trajectory], settings: JudgeSettings, suite: Any) -> dict[str, float]:
-    """Score, in place, the trajectories the env left to the LLM judge (all of them when
-    ``settings.rubric`` overrides the tasks' rubrics); returns judge metrics."""
-    pending = trajs if settings.rubric is not None else [t for t in trajs if t.info.get("needs_judge")]
-    if not pending:
-        return {}
-    from agentrl.judge import Judge, JudgeConfig, load_rubric, parse_rubric
-
-    fixed = load_rubric(settings.rubric) if settings.rubric else None
-    if settings.model is None and (fixed is None or not fixed.is_deterministic):
-        raise ConfigError("these rubrics need the LLM judge: set judge.model")
-    judge = Judge(
-        JudgeConfig(model=settings.model, api_base=settings.api_base, concurrency=settings.concurrency)
-    )
-    items = [(t, fixed or parse_rubric(suite.rubric_data(suite.task(t.task_id)))) for t in pending]
-    for t, bd in zip(pending, asyncio.run(judge.score_many(items)), strict=True):
-        t.reward = bd
-        t.info["needs_judge"] = False
-    return {"judge/calls": float(sum(t.reward.calls for t in pending if t.reward))}
 
 
 def build_batch(

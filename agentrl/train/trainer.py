@@ -43,7 +43,7 @@ from agentrl.train.forward import chunked_forward, forward_logprobs, forward_val
 from agentrl.train.fsdp import full_params, load_sharded, set_grad_divide, shard_model, sharded_state
 from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
-from agentrl.train.scoring import build_batch, judge_trajectories, normalized_reward
+from agentrl.train.scoring import StepJudge, build_batch, normalized_reward
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
 from agentrl.train.token_log import collect_token_stats, write_token_stats
 from agentrl.train.update import compute_advantages, update_actor, update_critic
@@ -132,6 +132,7 @@ class Trainer:
         self.stop_ids = {self.tokenizer.convert_tokens_to_ids(self.tokenizer.eos_token)}
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.expander = Expander(self.tokenizer, max_len=cfg.rollout.max_len)
+        self.judge = StepJudge(cfg.judge)  # one judge for the run, closed by run()
         self.model = self._policy().to(self.device)
         a = cfg.algorithm
         self.lora = cfg.model.lora_rank > 0
@@ -345,7 +346,7 @@ class Trainer:
                 top_p=r.top_p, stop_ids=self.stop_ids, pad_id=self.pad_id, executor=self.pool,
             )  # fmt: skip
         t1 = time.perf_counter()
-        m.update(judge_trajectories(trajs, cfg.judge, self.envs[0].suite))
+        m.update(self.judge.score(trajs))
         t2 = time.perf_counter()
         for t in trajs:
             t.info["step"] = step
@@ -470,6 +471,7 @@ class Trainer:
         finally:
             if self.log is not None:
                 self.log.stop()
+            self.judge.close()
         self.save()
         if self.log is None:
             return {}

@@ -129,13 +129,16 @@ class RewardBreakdown(BaseModel):
     """The reward of a trajectory: the total and how it was reached.
 
     ``status == "judge_error"`` means the judge failed after its retries: ``total`` is then null
-    and training must exclude the trajectory (it is never scored 0 or 1 silently).
+    and training must exclude the trajectory (it is never scored 0 or 1 silently). ``normalized``
+    is the total on [0, 1] as the judge computed it from the rubric (null on rewards written before
+    it existed, and on rewards no judge made; ``agentrl.judge.normalized_reward`` reads it).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     total: float | None
     status: Literal["ok", "judge_error"] = "ok"
+    normalized: float | None = None
     criteria: list[CriterionScore] = Field(default_factory=list)
     rubric_id: str | None = None
     rubric_hash: str | None = None
@@ -155,6 +158,8 @@ class RewardBreakdown(BaseModel):
             raise ValueError("a reward with status 'ok' needs a total")
         if self.status == "judge_error" and self.total is not None:
             raise ValueError("a reward with status 'judge_error' must have total null, never a made-up score")
+        if self.status == "judge_error" and self.normalized is not None:
+            raise ValueError("a reward with status 'judge_error' must have normalized null")
         return self
 
 

@@ -32,6 +32,7 @@ def test_exported_members():
         "llm",
         "parse",
         "prompt",
+        "record",
         "rubric",
         "score",
         "summary",

@@ -301,3 +301,22 @@ def test_api_key_goes_to_the_custom_server_but_never_openai_api_key(judge_server
     cfg = config(judge_server, "good", api_key="sk-server-key")
     score(cfg)
     assert requests_for(judge_server, cfg)[0]["_authorization"] == "Bearer sk-server-key"
+
+
+@pytest.mark.parametrize("scenario", ["trailing-quote", "conflict"])
+def test_a_second_verdict_for_a_criterion_is_retried_then_a_judge_error(judge_server, scenario):
+    """A reply that gives a criterion two verdicts (a quoted object after the answer, or the id twice
+    in the list) never decides it: the criterion is asked again, and after the retries the
+    trajectory is a judge_error. The report lacks `12.3 billion`, so "figure" is Not Satisfied and
+    the stray verdict says Fully Satisfied: taking the last object would have flipped it."""
+    report = "Q1 2025 revenue grew \\cite{x}."
+    once = config(judge_server, f"{scenario}-once")
+    r = score(once, report=report)
+    assert r.status == "ok" and r.calls == 2
+    assert {c.id: c.verdict for c in r.criteria}["figure"] == "Not Satisfied"
+    assert r.total == 1.5  # quarter 1 + cite 0.5, figure 0, no rumour
+    _first, second = requests_for(judge_server, once)
+    assert [c[0] for c in read_prompt(second["messages"][1]["content"])[2]] == ["figure"]
+    always = score(config(judge_server, f"{scenario}-always", max_parse_retries=2), report=report)
+    assert always.status == "judge_error" and always.total is None and always.calls == 3
+    assert "'figure': 2 verdicts in the reply" in (always.error or "")

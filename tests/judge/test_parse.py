@@ -38,11 +38,45 @@ def test_unclosed_think_at_start_is_dropped():
     assert parse_reply(text, IDS).verdicts["accuracy"][0] == "Fully Satisfied"
 
 
-def test_last_valid_object_wins_and_nested_objects_do_not_count():
+def test_a_revised_second_answer_is_ambiguous_not_the_last_one_winning():
     first = reply(("accuracy", "Not Satisfied"), ("temporal", "Not Satisfied"))
     last = reply(("accuracy", "Fully Satisfied"), ("temporal", "Partially Satisfied"))
     p = parse_reply(f"{first}\nrevised:\n{last}\n{{broken", IDS)
-    assert p.verdicts == {"accuracy": ("Fully Satisfied", "r"), "temporal": ("Partially Satisfied", "r")}
+    assert p.verdicts == {} and not p.ok
+    assert all("2 verdicts in the reply" in x for x in p.problems) and len(p.problems) == 2
+
+
+def test_a_trailing_quoted_verdict_does_not_flip_the_criterion():
+    """The user's report: a quoted ``{"id": "accuracy", "verdict": "Fully Satisfied"}`` after the real
+    verdicts used to win (the last object). Now accuracy has two verdicts: a problem, retried."""
+    answer = reply(("accuracy", "Not Satisfied"), ("temporal", "Fully Satisfied"))
+    quote = json.dumps({"id": "accuracy", "verdict": "Fully Satisfied"})
+    p = parse_reply(f"{answer}\nThe report claims accuracy, e.g. {quote}, but the figure is wrong.", IDS)
+    assert "accuracy" not in p.verdicts and p.verdicts["temporal"] == ("Fully Satisfied", "r")
+    assert p.problems == [
+        "criterion 'accuracy': 2 verdicts in the reply ('Not Satisfied', 'Fully Satisfied'); expected one"
+    ]
+
+
+@pytest.mark.parametrize("second", ["Fully Satisfied", "Not Satisfied"])
+def test_duplicated_or_conflicting_entries_in_one_answer_are_problems(second):
+    p = parse_reply(
+        reply(("accuracy", "Not Satisfied"), ("temporal", "Fully Satisfied"), ("accuracy", second)), IDS
+    )
+    assert set(p.verdicts) == {"temporal"} and len(p.problems) == 1 and "accuracy" in p.problems[0]
+
+
+def test_nested_objects_do_not_count():
+    inner = {"id": "accuracy", "verdict": "Fully Satisfied"}
+    text = json.dumps(
+        {
+            "criteria": [
+                {"id": "accuracy", "reasoning": inner, "verdict": "Not Satisfied"},
+                {"id": "temporal", "verdict": "Fully Satisfied"},
+            ]
+        }
+    )
+    assert parse_reply(text, IDS).verdicts["accuracy"][0] == "Not Satisfied"
 
 
 def test_missing_and_unknown_are_problems():

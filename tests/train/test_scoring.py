@@ -7,8 +7,8 @@ import torch
 from agentrl.errors import ConfigError
 from agentrl.judge import load_rubric
 from agentrl.tokens import Expander
-from agentrl.train.config import JudgeSettings
-from agentrl.train.scoring import build_batch, judge_trajectories, normalized_reward
+from agentrl.train.config import TrainJudgeConfig
+from agentrl.train.scoring import StepJudge, build_batch, normalized_reward
 from agentrl.trajectory import CriterionScore, Message, RewardBreakdown, Trajectory
 from tests.tokens.fixtures import make_tokenizer_cached
 
@@ -58,12 +58,12 @@ def test_build_batch_drops_judge_errors_and_places_the_normalised_reward():
 def test_judge_rescoring_with_a_rubric_override_and_the_llm_requirement():
     rubric = ROOT / "rubrics" / "alphabet-2025-q1-cloud-offline.yaml"
     trajs = [_traj(0, None), _traj(1, None, report="Revenue was $5 trillion \\cite{gossip}.")]
-    judge_trajectories(trajs, JudgeSettings(rubric=str(rubric)), suite=None)
+    judge = StepJudge(TrainJudgeConfig(rubric=str(rubric)))
+    judge.score(trajs)
+    judge.close()
     assert [t.reward.total for t in trajs] == [2.5, 0.5]
     assert trajs[0].reward.rubric_hash == load_rubric(rubric).content_hash
     with pytest.raises(ConfigError, match=r"set judge\.model"):
-        judge_trajectories(
-            trajs, JudgeSettings(rubric=str(ROOT / "rubrics" / "alphabet-2025-q1-cloud.yaml")), None
-        )
-    # Nothing pending and no override: no judge at all.
-    assert judge_trajectories(trajs, JudgeSettings(), suite=None) == {}
+        StepJudge(TrainJudgeConfig(rubric=str(ROOT / "rubrics" / "alphabet-2025-q1-cloud.yaml")))
+    # Nothing pending and no override: no judge call at all.
+    assert StepJudge(TrainJudgeConfig()).score(trajs) == {}

@@ -163,12 +163,12 @@ def test_a_step_with_nothing_trainable_skips_the_update(tmp_path, monkeypatch):
     # Every trajectory comes back from the judge as a judge error: dropped, counted, never scored 0.
     from agentrl.trajectory import RewardBreakdown
 
-    def all_errors(trajs, settings, suite):
+    def all_errors(trajs):
         for traj in trajs:
             traj.reward = RewardBreakdown(total=None, status="judge_error", error="judge unavailable")
         return {}
 
-    monkeypatch.setattr("agentrl.train.trainer.judge_trajectories", all_errors)
+    monkeypatch.setattr(t.judge, "score", all_errors)
     m = t.train_step()
     assert m["train/dropped_judge_error"] == 4.0 and m["train/skipped_update"] == 1.0
     assert "actor/pg_loss" not in m
