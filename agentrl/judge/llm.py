@@ -27,7 +27,14 @@ from agentrl.judge.parse import parse_reply
 from agentrl.judge.prompt import JudgeInput, build_messages, judge_input, prompt_hash
 from agentrl.judge.rubric import Criterion, Rubric, load_rubric, parse_rubric
 from agentrl.judge.score import breakdown, map_verdict
-from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, Trajectory
+from agentrl.trajectory import (
+    VERDICTS,
+    CriterionScore,
+    RewardBreakdown,
+    Trajectory,
+    report_of,
+    unanswered_reward,
+)
 
 __all__ = ["Judge", "resolve_rubric", "run_sync", "score_trajectories"]
 
@@ -141,7 +148,10 @@ class Judge:
         """Grade one trajectory's final report; never raises for judge failures (``judge_error`` instead).
 
         Raises ``JudgeError`` only when the rubric has LLM criteria and no judge ``model`` is set.
+        An episode that gave no report (``report_of``) gets the env's unanswered reward, 0, unjudged.
         """
+        if report_of(trajectory) is None:
+            return unanswered_reward(trajectory.info.get("truncated_reason"))
         cfg = self.config
         inp = judge_input(
             trajectory,
