@@ -129,7 +129,7 @@ def _python_call(turn: ParsedTurn, text: str, prefix: str) -> None:
             raise ValueError("expected name.call(key=value, ...)")
         name = ast.unparse(node.func.value)
         args = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
-    except (SyntaxError, ValueError, RecursionError) as e:
+    except Exception as e:  # ast raises SyntaxError, ValueError, TypeError, RecursionError, MemoryError
         turn.errors.append(ParseError(f"the call after <|python_tag|> cannot be read: {e}", text[:200]))
         return
     _add(turn, {"name": name, "arguments": args}, text, f"{prefix}{len(turn.calls) + len(turn.errors)}")
