@@ -85,16 +85,21 @@ class EnvConfig(_Strict):
     fetch: FetchConfig = Field(default_factory=FetchConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     budgets: Budgets = Field(default_factory=Budgets)
-    tool_format: Literal["hermes", "search_r1", "openai"] = "hermes"
-    """How the system prompt asks for tool calls. Parsing always accepts every format."""
+    tool_format: Literal["hermes", "search_r1", "openai", "auto"] = "hermes"
+    """How the system prompt asks for tool calls (``auto`` asks as ``hermes``). Calls in the
+    ``openai``, ``hermes`` and ``search_r1`` formats are run whatever this says; other model
+    families' formats (Llama-3 JSON and ``<|python_tag|>``, Mistral ``[TOOL_CALLS]``, a fenced JSON
+    block) are run with ``auto`` and answered with a format error otherwise: never a final answer."""
     page_chars: int = Field(3000, ge=200)
     """Characters per page of ``open_url`` output."""
     search_k: int = Field(5, ge=1, le=50)
     tool_error_rate: float = Field(0.0, ge=0.0, le=1.0)
     """Probability that a tool call fails with an injected error (robustness training)."""
-    judge: Literal["deterministic", "inline", "deferred"] = "deterministic"
-    """How the final answer is scored: deterministic graders only, the LLM judge inline in ``step``,
-    or left to the rollout's batched judge (reward 0 in ``step``, ``info["needs_judge"]``)."""
+    judge: Literal["deterministic", "inline", "deferred"] = "deferred"
+    """How the final answer is scored. Deterministic rubrics are scored in ``step`` in every mode;
+    for a rubric with LLM criteria: ``deferred`` leaves it to a batched judge later (reward 0 in
+    ``step``, ``info["reward_status"] == "needs_judge"``), ``inline`` calls the LLM judge in ``step``
+    (needs ``judge_model``), and ``deterministic`` refuses it (a config error at ``reset``)."""
     judge_model: str | None = None
     judge_api_base: str | None = None
     system_prompt: str | None = None

@@ -1,16 +1,20 @@
 """``ResearchEnv``: the deep-research environment (gymnasium), registered as ``agentrl/DeepResearch-v0``.
 
 One episode is one task. ``reset`` returns the prompt; each ``step`` takes one assistant turn,
-runs the tool calls in it and returns their output as the observation. The episode terminates
-when the agent answers (reward = the task's rubric score) and is truncated when a budget runs out
-(reason in ``info["truncated_reason"]``). A broken call never raises: it becomes an error
-observation that repeats the right format, and is counted in ``info``.
+runs the tool calls in it and returns their output as the observation. The env owns the outcome:
+the first valid ``answer`` call terminates the episode and is its report (reward = the task's
+rubric score; NaN when the judge failed); a turn cut at the token limit is never a report; an
+episode truncated when a budget runs out (reason in ``info["truncated_reason"]``) is
+``unanswered``. ``trajectory()`` records the outcome (``info["status"]``, ``info["report"]``) that
+``Trajectory.final_report()`` and the judge read back. A broken call never raises: it becomes an
+error observation that repeats the right format, and is counted in ``info``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import math
 import time
 from typing import Any, ClassVar
 
@@ -18,8 +22,8 @@ import gymnasium
 
 from agentrl.env.backends import Page, ToolFailure, make_backends
 from agentrl.env.config import EnvConfig, load_env_config
-from agentrl.env.parser import parse_turn
-from agentrl.env.reward import rubric_for, score_report, score_trajectory_llm
+from agentrl.env.parser import FOREIGN_FORMATS, parse_turn
+from agentrl.env.reward import is_deterministic, rubric_for, score_report, score_trajectory_llm
 from agentrl.env.spaces import FreeText
 from agentrl.env.suite import Task, load_suite
 from agentrl.env.tools import (
@@ -32,7 +36,9 @@ from agentrl.env.tools import (
     render_search,
     system_prompt,
 )
+from agentrl.errors import ConfigError
 from agentrl.trajectory import FunctionCall, Message, RewardBreakdown, ToolCall, Trajectory
+from agentrl.trajectory.outcome import ANSWERED, RUNNING, UNANSWERED, unanswered_reward
 
 __all__ = ["ResearchEnv"]
 
@@ -46,7 +52,10 @@ _COUNTERS = (
     "injected_faults",
     "tool_timeouts",
     "obs_truncations",
+    "calls_after_answer",
+    "cut_turns",
 )
+_CUT = "this turn reached the token limit before it ended"
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +88,10 @@ class ResearchEnv(gymnasium.Env[str, str]):
         self.config = load_env_config(
             _merge(self.suite.defaults, user), source=f"{self.suite.root}/env.yaml + config"
         )
+        if self.config.judge == "inline" and not self.config.judge_model:
+            raise ConfigError(
+                f"{self.suite.root}/env.yaml + config: judge: inline needs judge_model (a litellm model)"
+            )
         self._search, self._fetch, self._cache = make_backends(self.config, self.suite)
         # Local backends (the sandbox index, a replay file) answer in microseconds: calling them
         # directly saves a thread hop per tool call. Only network backends need the timeout thread.
@@ -106,6 +119,13 @@ class ResearchEnv(gymnasium.Env[str, str]):
             self.task = self.suite.tasks[int(self.np_random.integers(0, len(self.suite.tasks)))]
         where = self.task.rubric if isinstance(self.task.rubric, str) else f"task {self.task.id}"
         self.rubric = rubric_for(self.suite.rubric_data(self.task), source=str(where))
+        if self.config.judge == "deterministic" and not is_deterministic(self.rubric):
+            llm = ", ".join(c.id for c in self.rubric.criteria if c.is_llm)
+            raise ConfigError(
+                f"task {self.task.id}: rubric {self.rubric.id!r} has LLM criteria ({llm}) but the env's "
+                "judge is 'deterministic'; set judge: deferred (score later with agentrl judge) "
+                "or judge: inline with a judge_model"
+            )
         system = system_prompt(self.config.tool_format, self.task.date, self.config.system_prompt)
         self.messages = [
             Message(role="system", content=system),
@@ -119,6 +139,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
         self.truncated_reason: str | None = None
         self.report: str | None = None
         self.needs_judge = False
+        self.reward_status: str | None = None
         self._started = time.monotonic()
         self._done = False
         info = {
@@ -130,7 +151,16 @@ class ResearchEnv(gymnasium.Env[str, str]):
         return f"{system}\n\n{self.task.prompt}", info
 
     def step(self, action: str | Message | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """One assistant turn → (tool output text, reward, terminated, truncated, info)."""
+        """One assistant turn → (tool output text, reward, terminated, truncated, info).
+
+        The first valid ``answer`` call ends the episode and is the report; the calls before it in
+        the turn are run, the calls after it are not (counted in ``info["calls_after_answer"]``).
+        A turn with no call at all is the report, unless the token limit cut it
+        (``finish_reason == "length"``): a cut turn is never a report, its answer is refused with an
+        error observation and the episode goes on. A call in another model family's format is run
+        with ``tool_format: auto`` and otherwise answered with a format error. ``reward`` is NaN when
+        the inline judge failed (``info["reward_status"] == "judge_error"``).
+        """
         if self._done or self.task is None:
             raise gymnasium.error.ResetNeeded("call reset() before step() (the episode is over)")
         self.turns += 1
@@ -138,7 +168,10 @@ class ResearchEnv(gymnasium.Env[str, str]):
         # A message dict whose tool_calls do not validate is kept as text; the parser says what is wrong.
         broken = isinstance(action, dict) and msg.tool_calls is None and bool(action.get("tool_calls"))
         parsed = parse_turn(action if broken else msg, turn_index=self.turns)
-        if parsed.calls and not msg.tool_calls:
+        foreign = parsed.format in FOREIGN_FORMATS and self.config.tool_format != "auto"
+        cut = msg.finish_reason == "length"
+        self.counts["cut_turns"] += cut
+        if parsed.calls and not msg.tool_calls and not foreign:
             # Calls written in the text: keep ``content`` exactly as sampled and add the env's parse as
             # OpenAI ``tool_calls`` (marked with the format), so the judge and viewers read the answer.
             msg = msg.model_copy(
@@ -166,10 +199,19 @@ class ResearchEnv(gymnasium.Env[str, str]):
             outputs.append(Message(role="tool", tool_call_id=call_id, name=name, content=text))
 
         help_line = format_help("search_r1" if parsed.format == "search_r1" else self.config.tool_format)
-        for i, err in enumerate(parsed.errors):
+        calls, errors = ([], []) if foreign else (parsed.calls, parsed.errors)
+        if foreign:
+            self.counts["format_errors"] += 1
+            out(
+                f"call_{self.turns}_err0",
+                "error",
+                f"Error: this turn writes its tool call as {FOREIGN_FORMATS[parsed.format]}, which this env "
+                f"does not read (tool_format: {self.config.tool_format}); nothing was run. {help_line}",
+            )
+        for i, err in enumerate(errors):
             self.counts["format_errors"] += 1
             out(f"call_{self.turns}_err{i}", "error", f"Error: {err.message}. {help_line}")
-        for call in parsed.calls:
+        for k, call in enumerate(calls):
             if call.name not in TOOL_NAMES:
                 self.counts["unknown_tools"] += 1
                 out(call.id, call.name, f"Error: unknown tool {call.name!r}. {help_line}")
@@ -181,15 +223,24 @@ class ResearchEnv(gymnasium.Env[str, str]):
                 out(call.id, call.name, f"Error: bad arguments for {call.name}: {e}. {help_line}")
                 continue
             if call.name == "answer":
+                if cut:
+                    out(call.id, call.name, f"Error: {_CUT}; its answer is not taken. Answer again.")
+                    continue
                 report = args["report"]
+                self.counts["calls_after_answer"] += len(calls) - k - 1
                 break
-            if self.counts["tool_calls"] >= self.config.budgets.max_tool_calls:
-                budget_hit = "max_tool_calls"
-                break
+            if budget_hit or self.counts["tool_calls"] >= self.config.budgets.max_tool_calls:
+                budget_hit = "max_tool_calls"  # not run; an answer later in the turn still counts
+                continue
             self.counts["tool_calls"] += 1
             out(call.id, call.name, self._run_tool(call.name, args))
-        if not parsed.calls and not parsed.errors:
-            report = msg.text  # a turn without any tool call is the final answer
+        if not calls and not errors and not foreign:
+            if cut:
+                out(
+                    f"call_{self.turns}_cut", "error", f"Error: {_CUT}; it is not a final answer. {help_line}"
+                )
+            else:
+                report = msg.text  # a whole turn without any tool call is the final answer
 
         self.messages.extend(outputs)
         self.chars += sum(len(m.text) for m in outputs)
@@ -200,7 +251,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
 
         reward, terminated = 0.0, False
         if report is not None:
-            terminated = True
+            terminated = self._done = True
             self.report = report
             reward = self._score(report)
         elif budget_hit is not None:
@@ -217,12 +268,16 @@ class ResearchEnv(gymnasium.Env[str, str]):
             "turn": self.turns,
             "truncated_reason": self.truncated_reason,
             "tool_format": parsed.format,
+            "status": self._status(),
         }
         if terminated:
             info["reward_breakdown"] = (
                 None if self.reward_breakdown is None else self.reward_breakdown.model_dump()
             )
             info["needs_judge"] = self.needs_judge
+            info["reward_status"] = self.reward_status
+        elif truncated:
+            info["reward_status"] = UNANSWERED
         return obs, reward, terminated, truncated, info
 
     def render(self) -> str | None:
@@ -232,9 +287,21 @@ class ResearchEnv(gymnasium.Env[str, str]):
         return "\n\n".join(f"[{m.role}] {m.text}" for m in self.messages)
 
     # ---- episode record ------------------------------------------------------------------
-    def trajectory(self, id: str | None = None) -> Trajectory:
-        """The episode so far as a ``Trajectory`` (reward set when the answer was scored)."""
+    def trajectory(self, id: str | None = None, *, stop_reason: str | None = None) -> Trajectory:
+        """The episode so far as a ``Trajectory``.
+
+        ``info["status"]`` is ``answered`` (``info["report"]`` is the report, ``reward`` its score
+        once scored), ``unanswered`` (the episode is over without a report: reward 0 with the
+        reason, ``unanswered_reward``) or ``running``. ``stop_reason`` ends the episode from
+        outside (a driver that stopped it, such as ``generation_limit`` or ``max_len``); it becomes
+        the ``truncated_reason`` of an episode that gave no report.
+        """
         assert self.task is not None, "reset() first"
+        if stop_reason is not None and self.report is None:
+            self.truncated_reason = self.truncated_reason or stop_reason
+            self._done = True
+        status = self._status()
+        reward = unanswered_reward(self.truncated_reason) if status == UNANSWERED else self.reward_breakdown
         info = {
             "suite": str(self.suite.root),
             "date": self.task.date,
@@ -242,6 +309,8 @@ class ResearchEnv(gymnasium.Env[str, str]):
             "turns": self.turns,
             **self.counts,
             "terminated": self.report is not None,
+            "status": status,
+            "report": self.report,
             "truncated_reason": self.truncated_reason,
             "needs_judge": self.needs_judge,
             "tool_log": self.tool_log,
@@ -253,7 +322,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
             id=id or self.task.id,
             task_id=self.task.id,
             messages=list(self.messages),
-            reward=self.reward_breakdown,
+            reward=reward,
             info=info,
         )
 
@@ -281,21 +350,33 @@ class ResearchEnv(gymnasium.Env[str, str]):
                 return Message(role="assistant", content=str(action.get("content") or ""))
         return Message(role="assistant", content=str(action))
 
+    def _status(self) -> str:
+        return ANSWERED if self.report is not None else UNANSWERED if self._done else RUNNING
+
     def _score(self, report: str) -> float:
+        """The step reward of the report; sets ``reward_status`` (``scored``, ``needs_judge``,
+        ``judge_error``). A failed judge is NaN, never a number that could pass for a score."""
         assert self.task is not None
         bd = score_report(self.rubric, report, prompt=self.task.prompt)
-        if bd is None and self.config.judge == "inline" and self.config.judge_model:
-            bd = score_trajectory_llm(
-                self.trajectory(),
-                self.rubric,
-                model=self.config.judge_model,
-                api_base=self.config.judge_api_base,
-            )
+        if bd is None and self.config.judge == "inline":
+            try:
+                bd = score_trajectory_llm(
+                    self.trajectory(),
+                    self.rubric,
+                    model=self.config.judge_model or "",
+                    api_base=self.config.judge_api_base,
+                )
+            except Exception as e:  # the judge's own failures are judge_error; so is anything else it raises
+                bd = RewardBreakdown(total=None, status="judge_error", error=f"{type(e).__name__}: {e}")
         if bd is None:
-            self.needs_judge = True
+            self.needs_judge, self.reward_status = True, "needs_judge"
             return 0.0
         self.reward_breakdown = bd
-        return float(bd.total) if bd.total is not None else 0.0
+        if bd.status == "judge_error" or bd.total is None:
+            self.reward_status = "judge_error"
+            return math.nan
+        self.reward_status = "scored"
+        return float(bd.total)
 
     def _run_tool(self, name: str, args: dict[str, Any]) -> str:
         assert self.task is not None

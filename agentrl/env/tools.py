@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from agentrl.env.backends.base import Hit, Page, ToolFailure
+from agentrl.trajectory.outcome import answer_report
 
 __all__ = [
     "TOOL_NAMES",
@@ -111,7 +112,8 @@ def system_prompt(tool_format: str, date: str, template: str | None = None) -> s
     tools = "\n".join(json.dumps(s["function"], ensure_ascii=False) for s in TOOL_SCHEMAS)
     if template is not None:
         return template.replace("{date}", date).replace("{tools}", tools)
-    return _INTRO.format(date=date) + "\n\n" + _FORMATS[tool_format].format(tools=tools)
+    fmt = _FORMATS["hermes" if tool_format == "auto" else tool_format]
+    return _INTRO.format(date=date) + "\n\n" + fmt.format(tools=tools)
 
 
 def format_help(tool_format: str) -> str:
@@ -160,8 +162,8 @@ def check_args(name: str, args: dict[str, Any], default_k: int) -> dict[str, Any
         return {"query": _str(args, "query", 1000), "k": _int(args, "k", default_k, 1, 20)}
     if name == "open_url":
         return {"url": _str(args, "url", 4000), "page": _int(args, "page", 1, 1, 100_000)}
-    report = args.get("report")
-    if not isinstance(report, str):
+    report = answer_report(args)  # the rule Trajectory.final_report() applies too
+    if report is None:
         raise ArgError('"report" is required and must be a string')
     return {"report": report}
 

@@ -24,7 +24,7 @@ from typing import Any
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
 from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, sampled_message, token_trajectory
-from agentrl.trajectory import RewardBreakdown, Trajectory
+from agentrl.trajectory import Trajectory
 
 __all__ = [
     "Episode",
@@ -151,14 +151,9 @@ async def run_episode(
         if gen.finish_reason == "length":
             reason = "generation_limit"
             break
-    traj = env.trajectory(id=episode_id)
+    traj = env.trajectory(id=episode_id, stop_reason=reason)  # unanswered: reward 0, from the env
     traj.info["seed"] = seed
     traj.info["prompt_token_ids"] = first  # TITO for the prompt too: the expander reuses these ids
-    if reason is not None and traj.reward is None:
-        traj.info["truncated_reason"] = traj.info.get("truncated_reason") or reason
-    if traj.reward is None and not traj.info.get("needs_judge"):
-        why = traj.info.get("truncated_reason") or "no answer"
-        traj.reward = RewardBreakdown(total=0.0, error=f"no final answer ({why})")
     await judge_if_needed(traj, judge)
     row = expander.expand(traj)
     record = cut_after_last_policy_token(token_trajectory(row, traj))

@@ -30,7 +30,14 @@ from agentrl.judge.prompt import JudgeInput, build_messages, judge_input, prompt
 from agentrl.judge.record import record_reward, resolve_rubric
 from agentrl.judge.rubric import Criterion, Rubric
 from agentrl.judge.score import breakdown, map_verdict
-from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, Trajectory
+from agentrl.trajectory import (
+    VERDICTS,
+    CriterionScore,
+    RewardBreakdown,
+    Trajectory,
+    report_of,
+    unanswered_reward,
+)
 
 __all__ = ["Judge", "make_judge", "run_sync", "score_trajectories"]
 
@@ -152,7 +159,10 @@ class Judge:
         """Grade one trajectory's final report; never raises for judge failures (``judge_error`` instead).
 
         Raises ``JudgeError`` only when the rubric has LLM criteria and no judge ``model`` is set.
+        An episode that gave no report (``report_of``) gets the env's unanswered reward, 0, unjudged.
         """
+        if report_of(trajectory) is None:
+            return unanswered_reward(trajectory.info.get("truncated_reason"))
         cfg = self.config
         inp = judge_input(
             trajectory,

@@ -38,7 +38,7 @@ def _wire(m: Message) -> dict[str, Any]:
     out = {k: d[k] for k in _SEND_KEYS if k in d}
     # Calls the env parsed out of the text are already in ``content``: sending them again as
     # tool_calls would make the chat template render them twice.
-    if getattr(m, "tool_call_format", None) in ("hermes", "search_r1"):
+    if getattr(m, "tool_call_format", None):
         out.pop("tool_calls", None)
     if out.get("content") is None:
         out["content"] = ""

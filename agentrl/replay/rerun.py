@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentrl.errors import ConfigError
-from agentrl.trajectory import Message, RewardBreakdown, Trajectory
+from agentrl.trajectory import Message, Trajectory
 
 __all__ = ["RerunResult", "format_rerun", "rerun"]
 
@@ -114,14 +114,12 @@ def rerun(
                 msg = asyncio.run(oracle.act(list(env.messages), ctx))
                 _, _, term, trunc, _ = env.step(msg)
                 done = term or trunc
-        new = env.trajectory(id=old.id)
+        # Stored turns that ran out before the episode ended: unanswered, for the stored reason.
+        new = env.trajectory(id=old.id, stop_reason=old.info.get("truncated_reason") or "stored_turns_ended")
         for key in ("sample", "seed", "step"):
             if key in old.info:
                 new.info[key] = old.info[key]
         new.info["policy"] = "stored" if oracle is None else oracle.name
-        if new.reward is None and not new.info.get("needs_judge"):
-            reason = new.info.get("truncated_reason") or "no answer"
-            new.reward = RewardBreakdown(total=0.0, error=f"no final answer ({reason})")
         same_obs, diff = _compare(old, new)
         r_old, r_new = _total(old), _total(new)
         results.append(

@@ -58,9 +58,9 @@ class EnvHost:
         obs, reward, terminated, truncated, info = env.step(action)
         return obs, reward, terminated, truncated, info, env.messages[before:]
 
-    def trajectory(self, slot: int, id: str | None) -> Trajectory:
+    def trajectory(self, slot: int, id: str | None, stop_reason: str | None = None) -> Trajectory:
         """``env.trajectory`` of one slot."""
-        return self._env(slot).trajectory(id=id)
+        return self._env(slot).trajectory(id=id, stop_reason=stop_reason)
 
 
 class RayEnv:
@@ -94,9 +94,9 @@ class RayEnv:
         self.messages.extend(added)
         return obs, reward, terminated, truncated, info
 
-    def trajectory(self, id: str | None = None) -> Trajectory:
-        """The episode so far, built by the env in the actor."""
-        return self._ray.get(self._host.trajectory.remote(self._slot, id))
+    def trajectory(self, id: str | None = None, *, stop_reason: str | None = None) -> Trajectory:
+        """The episode so far, built by the env in the actor (``stop_reason`` as in ``ResearchEnv``)."""
+        return self._ray.get(self._host.trajectory.remote(self._slot, id, stop_reason))
 
 
 class RayEnvPool:

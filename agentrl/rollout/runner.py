@@ -92,15 +92,6 @@ class RolloutSummary:
         }
 
 
-def _unanswered(traj: Trajectory) -> Trajectory:
-    # A truncated episode has no report to grade: reward 0, with the reason, so training can use it.
-    from agentrl.trajectory import RewardBreakdown
-
-    reason = traj.info.get("truncated_reason") or "no answer"
-    traj.reward = RewardBreakdown(total=0.0, error=f"no final answer ({reason})")
-    return traj
-
-
 async def run_episode(env: ResearchEnv, policy: Policy, task: Task, sample: int, seed: int) -> Trajectory:
     """One episode of ``task`` with ``policy`` on ``env``; returns its trajectory (id ``task#sample``)."""
     ep_seed = episode_seed(seed, task.id, sample)
@@ -113,12 +104,10 @@ async def run_episode(env: ResearchEnv, policy: Policy, task: Task, sample: int,
         msg = await policy.act(list(env.messages), ctx)
         _, _, terminated, truncated, _ = await asyncio.to_thread(env.step, msg)
         done = terminated or truncated
-    traj = env.trajectory(id=f"{task.id}#{sample}")
+    traj = env.trajectory(id=f"{task.id}#{sample}")  # unanswered: reward 0 with the reason, from the env
     traj.info["sample"] = sample
     traj.info["seed"] = ep_seed
     traj.info["policy"] = policy.name
-    if traj.reward is None and not traj.info.get("needs_judge"):
-        traj = _unanswered(traj)
     return traj
 
 

@@ -23,15 +23,11 @@ USER_MARKER = "USER_CTX_q8"
 ASSISTANT_MARKER = "ASSISTANT_CTX_q8"
 
 
-#: ``Message.tool_call_format`` values meaning the calls were parsed out of the text content.
-TEXT_CALL_FORMATS = ("hermes", "search_r1")
-
-
 def message_to_template(m: Message, tool_arguments: str = "dict") -> dict[str, Any]:
     """The dict a chat template sees for ``m``: OpenAI fields only, no TITO data.
 
-    Tool calls that the env parsed out of the text (``m.tool_call_format`` is ``hermes`` or
-    ``search_r1``) are left out: they are already in ``content``, and rendering both would write
+    Tool calls that the env parsed out of the text (``m.tool_call_format`` is set, e.g. ``hermes``
+    or ``search_r1``) are left out: they are already in ``content``, and rendering both would write
     every call twice.
 
     Tool-call ``arguments`` are decoded to a dict by default (the Hugging Face convention that
@@ -45,7 +41,7 @@ def message_to_template(m: Message, tool_arguments: str = "dict") -> dict[str, A
         d["tool_call_id"] = m.tool_call_id
     if m.reasoning_content is not None:
         d["reasoning_content"] = m.reasoning_content
-    if m.tool_calls and m.tool_call_format not in TEXT_CALL_FORMATS:
+    if m.tool_calls and not m.tool_call_format:
         calls = []
         for c in m.tool_calls:
             args: Any = c.function.arguments

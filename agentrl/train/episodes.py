@@ -20,7 +20,7 @@ from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
 from agentrl.tokens import Expander, sampled_message
 from agentrl.train.generate import sample_batch
-from agentrl.trajectory import RewardBreakdown, Trajectory
+from agentrl.trajectory import Trajectory
 
 __all__ = ["Job", "finish_episode", "run_policy_episodes", "turn_seed"]
 
@@ -41,14 +41,10 @@ def turn_seed(seed: int, turn: int) -> int:
 
 
 def finish_episode(env: ResearchEnv, job: Job, reason: str | None) -> Trajectory:
-    traj = env.trajectory(id=f"{job.task.id}#{job.sample}")
+    # The env records the outcome: an episode stopped here without a report is unanswered, reward 0.
+    traj = env.trajectory(id=f"{job.task.id}#{job.sample}", stop_reason=reason)
     traj.info["sample"] = job.sample
     traj.info["seed"] = job.seed
-    if reason is not None and traj.reward is None:
-        traj.info["truncated_reason"] = traj.info.get("truncated_reason") or reason
-    if traj.reward is None and not traj.info.get("needs_judge"):
-        why = traj.info.get("truncated_reason") or "no answer"
-        traj.reward = RewardBreakdown(total=0.0, error=f"no final answer ({why})")
     return traj
 
 

@@ -11,6 +11,7 @@ from agentrl.trajectory.models import (
     Trajectory,
     Verdict,
 )
+from agentrl.trajectory.outcome import answer_report, first_answer, report_of, unanswered_reward
 from agentrl.trajectory.store import TornLineWarning, TrajectoryStore, read_trajectories, write_trajectories
 
 __all__ = [
@@ -25,6 +26,10 @@ __all__ = [
     "Trajectory",
     "TrajectoryStore",
     "Verdict",
+    "answer_report",
+    "first_answer",
     "read_trajectories",
+    "report_of",
+    "unanswered_reward",
     "write_trajectories",
 ]

@@ -219,18 +219,8 @@ class Trajectory(BaseModel):
         return next((m.text for m in self.messages if m.role == "user"), "")
 
     def final_report(self) -> str:
-        """The final report: the ``report`` argument of the last ``answer`` tool call if there is one,
-        else the last assistant message's content."""
-        for m in reversed(self.messages):
-            if m.role != "assistant":
-                continue
-            for call in reversed(m.tool_calls or []):
-                if call.function.name == "answer":
-                    try:
-                        args = call.function.parsed_arguments()
-                    except ValueError:
-                        continue
-                    if isinstance(args, dict) and isinstance(args.get("report"), str):
-                        return args["report"]
-            return m.text
-        return ""
+        """The final report as the env decided it (``agentrl.trajectory.outcome.report_of``): the
+        ``report`` of the first valid ``answer`` call; "" when the episode gave no report."""
+        from agentrl.trajectory.outcome import report_of
+
+        return report_of(self) or ""

@@ -82,6 +82,15 @@ _pieces = st.sampled_from(
         "null",
         "[",
         "]",
+        "<|python_tag|>",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "```json\n",
+        "```",
+        '"parameters"',
+        ".call(",
+        "=",
+        ")",
     ]
 )
 
@@ -123,3 +132,23 @@ def test_env_step_never_raises_on_arbitrary_turns(parts):
     obs, reward, terminated, truncated, _ = env.step("".join(parts))
     assert isinstance(obs, str) and isinstance(reward, float)
     assert terminated or truncated or obs  # a turn that is not an answer always gets an observation
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["<|python_tag|>", "[TOOL_CALLS]", '{"name":', '[{"name": "answer",', "<tool_call>"]),
+    st.lists(st.one_of(_pieces, st.text(max_size=8)), max_size=12),
+)
+def test_a_turn_opening_with_a_call_marker_is_never_a_report(marker, parts):
+    """Whatever follows a tool-call marker, the turn is a call or a format error, never the final answer."""
+    from agentrl.env import ResearchEnv
+
+    from .conftest import ALPHABET
+
+    text = marker + "".join(parts)
+    turn = parse_turn(text)
+    assert turn.format != "none" and (turn.calls or turn.errors)
+    env = ResearchEnv({"suite": str(ALPHABET)})
+    env.reset(options={"task": "alphabet-2025-cloud"})
+    env.step(text)
+    assert env.trajectory().info["report"] is None or any(c.name == "answer" for c in turn.calls)

@@ -163,8 +163,14 @@ def test_a_stored_answer_call_with_deeply_nested_arguments_does_not_crash_the_ju
     from agentrl.judge import Judge, JudgeConfig, parse_rubric
 
     call = ToolCall(id="a", function=FunctionCall(name="answer", arguments="[" * 100_000))
+    # The broken answer call is no report (the env answers it with an argument error); the next turn is.
     traj = Trajectory(
-        id="deep", task_id="t", messages=[Message(role="assistant", content="Q1 revenue", tool_calls=[call])]
+        id="deep",
+        task_id="t",
+        messages=[
+            Message(role="assistant", content="calling", tool_calls=[call]),
+            Message(role="assistant", content="Q1 revenue"),
+        ],
     )
     assert traj.final_report() == "Q1 revenue"
     rubric = parse_rubric(
