@@ -5,6 +5,7 @@ token-level scores, position by position, for the same trajectory."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -72,8 +73,8 @@ def test_build_batch_keeps_the_expanders_scores(normalize: bool, max_len: int | 
 class _TurnRewardEnv(ResearchEnv):
     """The env, with a reward per assistant turn recorded in the trajectory's ``info``."""
 
-    def trajectory(self, id: str | None = None) -> Trajectory:
-        t = super().trajectory(id=id)
+    def trajectory(self, id: str | None = None, **kwargs: Any) -> Trajectory:
+        t = super().trajectory(id=id, **kwargs)
         n = sum(1 for m in t.messages if m.role == "assistant")
         t.info["turn_rewards"] = [0.125 * (k + 1) - 0.3 for k in range(n)]
         return t
