@@ -214,7 +214,7 @@ def test_group_baselines_with_groups_split_over_ranks(scores, groups, sizes, alg
     shards = list(
         zip(
             _shards(s, sizes),
-            _shards(ids, sizes) if as_tensor else _list_shards(groups, sizes),
+            _shards(ids, sizes),
             _shards(mask, sizes),
             strict=True,
         )
@@ -224,14 +224,6 @@ def test_group_baselines_with_groups_split_over_ranks(scores, groups, sizes, alg
     assert (parts[:, 2] == 0).all()
     if algo == "grpo" and groups == GROUP_CASES[0][1]:  # alone, each rank sees singleton groups: all 0
         assert torch.cat([advantages(sh, LOCAL) for sh in shards]).abs().max().item() == 0.0
-
-
-def _list_shards(items, sizes):
-    out, start = [], 0
-    for n in sizes:
-        out.append(items[start : start + n])
-        start += n
-    return out
 
 
 def test_adaptive_kl_controller_moves_alike_on_every_rank():
