@@ -5,6 +5,9 @@ prompts, tool observations, template tokens and padding. Semantics follow verl's
 on policy tokens; where agentrl differs (skipping rather than resetting at observations in
 REINFORCE++, zeros for singleton GRPO groups, no exception for one-token variances) the function's
 docstring says so.
+
+Batch-level statistics take an injected ``reduce`` (``agentrl.algos.reduce``; one process by
+default) so that N ranks holding shards of a batch compute what one process computes on all of it.
 """
 
 from agentrl.algos.advantages import (
@@ -25,14 +28,19 @@ from agentrl.algos.losses import (
     policy_loss_gspo,
     value_loss,
 )
+from agentrl.algos.minibatch import mini_batch_rows
+from agentrl.algos.reduce import LOCAL, LocalReduce, Reduce
 from agentrl.algos.stats import EPS, explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
     "AGG_MODES",
     "EPS",
     "KL_KINDS",
+    "LOCAL",
     "AdaptiveKLController",
     "FixedKLController",
+    "LocalReduce",
+    "Reduce",
     "agg_loss",
     "apply_kl_penalty",
     "discounted_reverse_cumsum",
@@ -46,6 +54,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "mini_batch_rows",
     "policy_loss",
     "policy_loss_gspo",
     "reinforce_pp_advantages",

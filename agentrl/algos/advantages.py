@@ -16,6 +16,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
+from agentrl.algos.reduce import LOCAL, Reduce
 from agentrl.algos.stats import masked_whiten
 
 __all__ = [
@@ -146,25 +147,36 @@ def gae(
     return adv, ret
 
 
-def _group_index(group_ids: torch.Tensor | Sequence[Hashable], device: torch.device) -> torch.Tensor:
-    """Map arbitrary group ids (a tensor, or a list of strings/ints) to 0..G−1, shape [B]."""
-    if isinstance(group_ids, torch.Tensor):
-        return torch.unique(group_ids, return_inverse=True)[1].to(device)
-    seen: dict[Hashable, int] = {}
-    return torch.tensor([seen.setdefault(g, len(seen)) for g in group_ids], dtype=torch.long, device=device)
+def _group_index(
+    group_ids: torch.Tensor | Sequence[Hashable], device: torch.device, reduce: Reduce
+) -> tuple[torch.Tensor, int]:
+    """Each row's group as an index into every rank's groups (0..G−1, the same numbering on every
+    rank: first appearance in rank order), and G. group_ids: [B] tensor or list of hashables."""
+    ids = group_ids.tolist() if isinstance(group_ids, torch.Tensor) else list(group_ids)
+    index: dict[Hashable, int] = {}
+    for part in reduce.gather(ids):
+        for g in part:
+            index.setdefault(g, len(index))
+    return torch.tensor([index[g] for g in ids], dtype=torch.long, device=device), len(index)
 
 
-def _group_stats(scores: torch.Tensor, inv: torch.Tensor):
-    """Per-trajectory group size, mean, unbiased std and a 'all scores equal' flag, each [B]."""
-    G = int(inv.max().item()) + 1 if inv.numel() else 0
+def _group_stats(scores: torch.Tensor, group_ids: torch.Tensor | Sequence[Hashable], reduce: Reduce):
+    """Per-trajectory group size, mean, unbiased std and an 'all scores equal' flag, each [B], and the
+    deviation from the group mean. A group's members may sit on different ranks: its count, Σs and
+    Σ(s − mean)² are summed over ranks, its max and min taken over ranks."""
+    inv, G = _group_index(group_ids, scores.device, reduce)
     s = scores.to(torch.float64)
-    n = torch.zeros(G, dtype=torch.float64, device=s.device).index_add_(0, inv, torch.ones_like(s))
-    mean = torch.zeros_like(n).index_add_(0, inv, s) / n
+    zeros = torch.zeros(G, dtype=torch.float64, device=s.device)
+    n, total = reduce.sum(
+        torch.stack([zeros.index_add(0, inv, torch.ones_like(s)), zeros.index_add(0, inv, s)])
+    )
+    mean = total / n
     dev = s - mean[inv]
-    var = torch.zeros_like(n).index_add_(0, inv, dev**2) / (n - 1).clamp_min(1)
-    hi = torch.full_like(n, -torch.inf).scatter_reduce_(0, inv, s, "amax")
-    lo = torch.full_like(n, torch.inf).scatter_reduce_(0, inv, s, "amin")
-    return n[inv], mean[inv], var.sqrt()[inv], (hi == lo)[inv], dev
+    var = reduce.sum(zeros.index_add(0, inv, dev**2)) / (n - 1).clamp_min(1)
+    hi = torch.full_like(zeros, -torch.inf).scatter_reduce_(0, inv, s, "amax")
+    neg_lo = torch.full_like(zeros, -torch.inf).scatter_reduce_(0, inv, -s, "amax")
+    hi, neg_lo = reduce.max(torch.stack([hi, neg_lo]))
+    return n[inv], mean[inv], var.sqrt()[inv], (hi == -neg_lo)[inv], dev
 
 
 def grpo_advantages(
@@ -173,42 +185,53 @@ def grpo_advantages(
     response_mask: torch.Tensor,
     norm_by_std: bool = True,
     eps: float = 1e-6,
+    *,
+    reduce: Reduce = LOCAL,
 ) -> torch.Tensor:
     """GRPO: each trajectory's score normalised within its group, broadcast over its policy tokens.
 
     A_i = (s_i − mean_g) / (std_g + eps) with the unbiased std of the group; ``norm_by_std=False``
     gives Dr. GRPO's A_i = s_i − mean_g. A singleton group or a group whose scores are all equal
-    gets exactly 0 (never NaN).
+    gets exactly 0 (never NaN). Groups are taken over every rank of ``reduce``: a group whose members
+    sit on different ranks gets the statistics of all its members.
 
     scores: [B]; group_ids: [B] (tensor or list of hashables, e.g. task ids); response_mask: [B, T]
     → advantages [B, T], 0 on masked positions.
     """
-    inv = _group_index(group_ids, scores.device)
-    n, _, std, tied, dev = _group_stats(scores, inv)
+    n, _, std, tied, dev = _group_stats(scores, group_ids, reduce)
     adv = dev / (std + eps) if norm_by_std else dev
     adv = torch.where((n > 1) & ~tied, adv, torch.zeros_like(adv))
     return adv.to(scores.dtype)[:, None] * response_mask.to(scores.dtype)
 
 
 def rloo_advantages(
-    scores: torch.Tensor, group_ids: torch.Tensor | Sequence[Hashable], response_mask: torch.Tensor
+    scores: torch.Tensor,
+    group_ids: torch.Tensor | Sequence[Hashable],
+    response_mask: torch.Tensor,
+    *,
+    reduce: Reduce = LOCAL,
 ) -> torch.Tensor:
     """RLOO: A_i = s_i − mean of the *other* scores in its group, broadcast over policy tokens.
 
-    Equals n/(n−1)·(s_i − mean_g). Singleton and all-equal groups get 0.
+    Equals n/(n−1)·(s_i − mean_g). Singleton and all-equal groups get 0. Groups span the ranks of
+    ``reduce`` as in ``grpo_advantages``.
     scores: [B]; group_ids: [B]; response_mask: [B, T] → [B, T].
     """
-    inv = _group_index(group_ids, scores.device)
-    n, _, _, tied, dev = _group_stats(scores, inv)
+    n, _, _, tied, dev = _group_stats(scores, group_ids, reduce)
     adv = dev * n / (n - 1).clamp_min(1)
     adv = torch.where((n > 1) & ~tied, adv, torch.zeros_like(adv))
     return adv.to(scores.dtype)[:, None] * response_mask.to(scores.dtype)
 
 
 def reinforce_pp_advantages(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    *,
+    reduce: Reduce = LOCAL,
 ) -> torch.Tensor:
-    """REINFORCE++: the discounted reward-to-go over policy tokens, whitened over the batch.
+    """REINFORCE++: the discounted reward-to-go over policy tokens, whitened over the batch (every
+    rank's policy tokens, through ``reduce``: whitening one rank's shard alone is a different step).
 
     G_t = r_t + γ·G_{t'} with t' the next policy token: observation tokens are skipped rather than
     ending the return (verl resets at them, which cuts a multi-turn reward off from earlier turns).
@@ -220,5 +243,5 @@ def reinforce_pp_advantages(
         pos, width = _compact_positions(mask)
         r = _compact(token_level_rewards.to(_scan_dtype(token_level_rewards)), pos, width)
         returns = _expand(discounted_reverse_cumsum(r, gamma), pos, mask)
-        adv = masked_whiten(returns, mask) * mask
+        adv = masked_whiten(returns, mask, reduce=reduce) * mask
     return adv.to(token_level_rewards.dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from agentrl.algos.reduce import LOCAL, Reduce
 from agentrl.algos.stats import masked_mean
 
 __all__ = [
@@ -84,16 +85,23 @@ def apply_kl_penalty(
     response_mask: torch.Tensor,
     controller: FixedKLController | AdaptiveKLController,
     kind: str = "k1",
+    *,
+    reduce: Reduce = LOCAL,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL in the reward: token_level_rewards = scores − β·KL_t, with KL only on policy tokens.
 
     Uses the controller's current β, then updates it with the batch's KL (per-sequence masked mean,
-    averaged over sequences) and n_steps = B. All inputs [B, T]; returns ``(token_level_rewards
+    averaged over the sequences of every rank of ``reduce``) and n_steps = B summed over ranks, so
+    every rank's controller moves alike. All inputs [B, T]; returns ``(token_level_rewards
     [B, T], metrics)`` with ``actor/reward_kl_penalty`` (the KL) and ``actor/reward_kl_penalty_coeff`` (β).
     """
     kld = kl_penalty(logprob, ref_logprob, kind) * response_mask
     beta = controller.value
     token_level_rewards = token_level_scores - beta * kld
-    current_kl = masked_mean(kld, response_mask, dim=-1).mean().item()
-    controller.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
+    per_seq = masked_mean(kld, response_mask, dim=-1)
+    total, count = reduce.sum(
+        torch.stack([per_seq.sum(), per_seq.new_tensor(float(per_seq.numel()))])
+    ).tolist()
+    current_kl = total / max(count, 1.0)
+    controller.update(current_kl=current_kl, n_steps=round(count))
     return token_level_rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}

@@ -5,6 +5,8 @@ counts summed over all ranks and gradients are summed with an explicit all-reduc
 optimiser step, so a step on N ranks equals the single-process step on the same data (up to float
 summation order). Explicit all-reduce rather than the DDP wrapper keeps ranks with different
 numbers of micro-batches in step: every rank makes the same number of collective calls.
+Batch statistics (whitening, group baselines, the batch KL, mini-batch membership) are reduced over
+ranks by ``rank_reduce()``, the ``torch.distributed`` implementation of ``agentrl.algos.Reduce``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from agentrl.algos import LOCAL, Reduce
+
 __all__ = [
     "all_gather_objects",
     "all_reduce_grads",
@@ -26,6 +30,7 @@ __all__ = [
     "init_distributed",
     "is_main",
     "rank",
+    "rank_reduce",
     "world_size",
 ]
 
@@ -99,6 +104,37 @@ def all_gather_objects(obj: Any) -> list[Any]:
     out: list[Any] = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+class _RankReduce:
+    """``agentrl.algos.Reduce`` over the default process group. Tensors travel on the backend's
+    device (the rank's GPU under NCCL, the CPU under gloo) and come back on their own."""
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank()
+
+    def _all_reduce(self, x: torch.Tensor, op: dist.ReduceOp.RedOpType) -> torch.Tensor:
+        nccl = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        y = x.detach().to(device, copy=True)
+        dist.all_reduce(y, op=op)
+        return y.to(x.device)
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return self._all_reduce(x, dist.ReduceOp.SUM)
+
+    def max(self, x: torch.Tensor) -> torch.Tensor:
+        return self._all_reduce(x, dist.ReduceOp.MAX)
+
+    def gather(self, obj: Any) -> list[Any]:
+        return all_gather_objects(obj)
+
+
+def rank_reduce() -> Reduce:
+    """The reduction that batch statistics use here: over every rank under ``torchrun``, else the
+    identity (``agentrl.algos.LOCAL``)."""
+    return _RankReduce() if dist.is_initialized() else LOCAL
 
 
 def barrier() -> None:

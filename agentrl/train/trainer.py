@@ -305,8 +305,10 @@ class Trainer:
         r = self.cfg.rollout
         rng = random.Random(_seed(self.cfg.seed, "tasks", step))
         tasks = rng.sample(self.tasks, min(r.tasks_per_step, len(self.tasks)))
-        # Whole groups per rank: GRPO compares the samples of one task with each other.
-        mine = tasks[rank() :: world_size()]
+        # Contiguous blocks of whole groups per rank: rank 0's rows, then rank 1's, … are the rows of
+        # one process in its order, which the mini-batches' global row numbering relies on.
+        n, ranks, me = len(tasks), world_size(), rank()
+        mine = tasks[me * n // ranks : (me + 1) * n // ranks]
         return [Job(t, s, _seed(self.cfg.seed, step, t.id, s)) for t in mine for s in range(r.group_size)]
 
     def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:

@@ -6,7 +6,10 @@ A batch is the dict of ``agentrl.tokens.collate`` ([B, T] tensors: ``input_ids``
 ``position_ids``, ``loss_mask``, ``old_logprobs``, ``token_level_scores``) to which these functions
 add ``values``, ``ref_logprobs``, ``token_level_rewards``, ``advantages`` and ``returns``.
 All losses are normalised by the whole mini-batch (``agg_loss``'s ``denominator``), so gradient
-accumulation over micro-batches gives the gradient of the mini-batch loss exactly.
+accumulation over micro-batches gives the gradient of the mini-batch loss exactly. Under ``torchrun``
+each rank holds a shard of the batch's rows (rank 0's first, in the one-process order): the
+advantages' batch statistics and the mini-batches' membership go through ``rank_reduce()``, so N ranks
+take the step one process takes on the whole batch.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch.distributed.tensor import DTensor
 from agentrl.algos import (
     AdaptiveKLController,
     FixedKLController,
+    Reduce,
     agg_loss,
     apply_kl_penalty,
     explained_variance,
@@ -30,6 +34,7 @@ from agentrl.algos import (
     masked_mean,
     masked_sum,
     masked_whiten,
+    mini_batch_rows,
     policy_loss,
     reinforce_pp_advantages,
     rloo_advantages,
@@ -41,6 +46,7 @@ from agentrl.train.distributed import (
     all_reduce_grads,
     all_reduce_max,
     all_reduce_sum,
+    rank_reduce,
     world_size,
 )
 from agentrl.train.forward import chunked_forward, forward_logprobs, forward_values, micro_batches
@@ -68,12 +74,16 @@ def compute_advantages(
     cfg: AlgorithmConfig,
     group_ids: Sequence[Hashable] | torch.Tensor,
     kl_controller: FixedKLController | AdaptiveKLController | None = None,
+    reduce: Reduce | None = None,
 ) -> dict[str, float]:
     """Fill ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``; returns metrics.
 
     KL in the reward (``cfg.kl_in_reward``) needs ``old_logprobs`` and ``ref_logprobs``; PPO needs
     ``values``. GRPO / RLOO use each trajectory's summed reward, compared within ``group_ids``.
+    Batch statistics (whitening, group baselines, the batch KL, the metrics) are taken over every
+    rank's rows through ``reduce`` (default: ``rank_reduce()``, i.e. one process outside torchrun).
     """
+    reduce = rank_reduce() if reduce is None else reduce
     mask = batch["loss_mask"]
     scores = batch["token_level_scores"].float()
     metrics: dict[str, float] = {}
@@ -81,8 +91,9 @@ def compute_advantages(
         if kl_controller is None:
             raise ValueError("kl_in_reward needs a KL controller")
         rewards, kl_metrics = apply_kl_penalty(
-            scores, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_controller, cfg.kl_kind
-        )
+            scores, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_controller, cfg.kl_kind,
+            reduce=reduce,
+        )  # fmt: skip
         metrics.update(kl_metrics)
     else:
         rewards = scores
@@ -92,37 +103,43 @@ def compute_advantages(
         batch["returns"] = ret
         if cfg.whiten_advantages:
             batch["raw_advantages"] = adv
-            adv = _whiten(adv, mask)
+            adv = masked_whiten(adv, mask, reduce=reduce) * mask
     elif cfg.name == "grpo":
         adv = grpo_advantages(
-            _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std
-        )
+            _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std,
+            reduce=reduce,
+        )  # fmt: skip
     elif cfg.name == "rloo":
-        adv = rloo_advantages(_trajectory_scores(batch, rewards), group_ids, mask)
+        adv = rloo_advantages(_trajectory_scores(batch, rewards), group_ids, mask, reduce=reduce)
     else:
-        adv = reinforce_pp_advantages(rewards, mask, cfg.gamma)
+        adv = reinforce_pp_advantages(rewards, mask, cfg.gamma, reduce=reduce)
     batch["advantages"] = adv
     if "returns" not in batch:
         batch["returns"] = adv.clone()
-    metrics["critic/advantages/mean"] = masked_mean(adv, mask).item()
-    metrics["critic/advantages/max"] = adv[mask.bool()].max().item() if mask.any() else 0.0
-    metrics["critic/advantages/min"] = adv[mask.bool()].min().item() if mask.any() else 0.0
-    metrics["critic/rewards/mean"] = _trajectory_scores(batch, rewards).mean().item()
+    metrics.update(_advantage_metrics(adv, mask, _trajectory_scores(batch, rewards), reduce))
     return metrics
 
 
-def _whiten(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``masked_whiten`` with the mean and unbiased variance taken over every rank's policy tokens."""
-    if world_size() == 1:
-        return masked_whiten(adv, mask) * mask
-    m = mask.to(torch.float64)
-    a = adv.to(torch.float64)
-    n = all_reduce_sum(float(m.sum()))
-    mean = all_reduce_sum(float((a * m).sum())) / max(n, 1e-8)
-    var = all_reduce_sum(float((((a - mean) * m) ** 2).sum())) / max(n, 1e-8)
-    if n > 1:
-        var *= n / (n - 1)
-    return ((adv - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=adv.dtype))) * mask
+def _advantage_metrics(
+    adv: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor, reduce: Reduce
+) -> dict[str, float]:
+    """The advantages' mean, max and min over policy tokens and the mean trajectory reward, over
+    every rank's rows."""
+    on = mask.bool()
+    inf = torch.tensor(torch.inf, dtype=torch.float64, device=adv.device)
+    local_max = adv[on].double().max() if on.any() else -inf
+    local_min = adv[on].double().min() if on.any() else inf
+    hi, neg_lo = reduce.max(torch.stack([local_max, -local_min])).tolist()
+    total, count = reduce.sum(
+        torch.tensor([float(scores.double().sum()), float(scores.numel())], dtype=torch.float64)
+    ).tolist()
+    any_tokens = hi > -torch.inf
+    return {
+        "critic/advantages/mean": masked_mean(adv, mask, reduce=reduce).item(),
+        "critic/advantages/max": hi if any_tokens else 0.0,
+        "critic/advantages/min": -neg_lo if any_tokens else 0.0,
+        "critic/rewards/mean": total / max(count, 1.0),
+    }
 
 
 def _denominator(mb: Batch, agg: str, norm: int) -> float:
@@ -134,16 +151,14 @@ def _denominator(mb: Batch, agg: str, norm: int) -> float:
     return max(all_reduce_sum(local), 1.0)
 
 
-def _mini_batches(batch: Batch, mini_batch_size: int, generator: torch.Generator | None) -> Iterator[Batch]:
-    """This rank's mini-batches of one epoch; every rank yields the same number (some maybe empty),
-    so that the collective calls of the update line up."""
-    B = batch["input_ids"].shape[0]
-    size = max(1, mini_batch_size // world_size())
-    steps = all_reduce_max(-(-B // size))
-    perm = torch.randperm(B, generator=generator)
-    for k in range(steps):
-        rows = perm[k * size : (k + 1) * size]
-        yield {key: v[rows] for key, v in batch.items()}
+def _mini_batches(
+    batch: Batch, mini_batch_size: int, generator: torch.Generator | None, reduce: Reduce
+) -> Iterator[Batch]:
+    """This rank's rows of each mini-batch of one epoch: the mini-batches of one process over every
+    rank's rows (``mini_batch_rows``); every rank yields the same number (some maybe empty), so that
+    the collective calls of the update line up."""
+    for rows in mini_batch_rows(batch["input_ids"].shape[0], mini_batch_size, generator, reduce=reduce):
+        yield {key: v[rows.to(v.device)] for key, v in batch.items()}
 
 
 def _step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, grad_clip: float) -> float:
@@ -198,10 +213,11 @@ def _optimise(
     module.train()
     params = [p for p in module.parameters() if p.requires_grad]
     sharded = is_sharded(module)
+    reduce = rank_reduce()
     sums: dict[str, float] = {}
     steps = 0
     for _ in range(cfg.ppo_epochs):
-        for mini in _mini_batches(batch, cfg.mini_batch_size, generator):
+        for mini in _mini_batches(batch, cfg.mini_batch_size, generator, reduce):
             denom = _denominator(mini, cfg.loss_agg, norm)
             # Over every rank, so that each rank's share of a metric can be summed (below).
             tokens = max(all_reduce_sum(float(mini["loss_mask"].sum())), 1.0)
@@ -294,6 +310,6 @@ def update_critic(
         grad_norm_key="critic/grad_norm", norm=norm, grad_clip=grad_clip, generator=generator,
     )  # fmt: skip
     out["critic/vf_explained_var"] = explained_variance(
-        batch["values"], batch["returns"], batch["loss_mask"]
+        batch["values"], batch["returns"], batch["loss_mask"], reduce=rank_reduce()
     ).item()
     return out
