@@ -178,5 +178,9 @@ def test_generator_output_drops_a_group_with_a_judge_error_and_counts_it():
         1.0,
         4.0,
     )
-    # Without trajectory ids SkyRL's groups are the prompts (tasks): the same drop.
+    # SkyRL's TrajectoryID objects (attributes), and no ids at all (groups are then the tasks): the same drop.
+    from types import SimpleNamespace
+
+    objs = [SimpleNamespace(**i) for i in ids]
+    assert skyrl_generator_output(episodes, objs)["loss_masks"] == out["loss_masks"]
     assert skyrl_generator_output(episodes)["loss_masks"] == out["loss_masks"]
