@@ -1,8 +1,11 @@
 """Field maps from our ``Episode`` to each engine's rollout record, as plain Python (no engine import).
 
 The adapters wrap these in the engine's own types; tests check them with or without the engine.
-A trajectory the judge failed on (reward None) must not be trained on: engines that take a scalar
-reward get 0.0 and an all-zero loss mask for it (no gradient), plus an ``agentrl_excluded`` flag.
+A trajectory the judge failed on (reward None) is never trained on and never enters a group
+baseline: verl gets 0.0 with an all-zero mask and the ``agentrl_excluded`` flag, and its estimator
+``agentrl_grpo`` drops such rows from the group statistics; TRL gets None, which its GRPO leaves out
+of the group mean and std; SkyRL's generator output must keep every sample, so its whole group is
+dropped (every member all-zero rewards and masks: advantage 0, no gradient) and counted.
 """
 
 from __future__ import annotations
@@ -68,6 +71,14 @@ def trl_rollout_fields(episodes: Sequence[Episode]) -> dict[str, list[Any]]:
     }
 
 
+def _skyrl_group(k: int, ep: Episode, trajectory_ids: Sequence[Any] | None) -> Any:
+    """SkyRL's group of sample ``k``: its ``TrajectoryID.instance_id`` (what SkyRL's advantage
+    groups by), else the task id."""
+    tid = None if trajectory_ids is None else trajectory_ids[k]
+    inst = tid.get("instance_id") if isinstance(tid, dict) else getattr(tid, "instance_id", None)
+    return ("instance", inst) if inst is not None else ("task", ep.trajectory.task_id)
+
+
 def skyrl_generator_output(
     episodes: Sequence[Episode], trajectory_ids: Sequence[Any] | None = None
 ) -> dict[str, Any]:
@@ -75,8 +86,14 @@ def skyrl_generator_output(
 
     ``prompt_token_ids`` ``[B][P_b]``; ``response_ids``, ``rewards``, ``loss_masks``,
     ``rollout_logprobs`` ``[B][C_b]``; ``stop_reasons`` ``[B]``; ``rollout_metrics`` averaged over
-    the batch. Episodes without a usable reward get an all-zero loss mask.
+    the batch. SkyRL needs one output per input sample and groups them by ``instance_id``, so a
+    group with an episode without a usable reward is dropped whole: all its members get all-zero
+    rewards and loss masks (advantage 0 under SkyRL's group estimators, no gradient), counted in
+    ``agentrl/excluded`` (those episodes), ``agentrl/dropped_groups`` and ``agentrl/dropped_samples``.
     """
+    groups = [_skyrl_group(k, e, trajectory_ids) for k, e in enumerate(episodes)]
+    bad = {g for g, e in zip(groups, episodes, strict=True) if e.reward is None}
+    dropped = [g in bad for g in groups]
     stops = []
     for e in episodes:
         last = next((m for m in reversed(e.trajectory.messages) if m.role == "assistant"), None)
@@ -87,11 +104,20 @@ def skyrl_generator_output(
         for k in keys
     }
     metrics["agentrl/excluded"] = float(sum(e.reward is None for e in episodes))
+    metrics["agentrl/dropped_groups"] = float(len(bad))
+    metrics["agentrl/dropped_samples"] = float(sum(dropped))
+
+    def zeros(e: Episode) -> list[Any]:
+        return [0] * len(e.record.loss_mask)
+
     return {
         "prompt_token_ids": [list(e.record.prompt_ids) for e in episodes],
         "response_ids": [list(e.record.completion_ids) for e in episodes],
-        "rewards": [list(e.record.token_level_scores) for e in episodes],
-        "loss_masks": [_mask(e) for e in episodes],
+        "rewards": [
+            [0.0] * len(e.record.token_level_scores) if d else list(e.record.token_level_scores)
+            for e, d in zip(episodes, dropped, strict=True)
+        ],
+        "loss_masks": [zeros(e) if d else _mask(e) for e, d in zip(episodes, dropped, strict=True)],
         "stop_reasons": stops,
         "rollout_metrics": metrics,
         "rollout_logprobs": [list(e.record.rollout_logprobs) for e in episodes],

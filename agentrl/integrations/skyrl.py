@@ -3,12 +3,15 @@
 - ``ResearchTextEnv`` (a skyrl-gym ``BaseTextEnv``; ``register_env()`` registers it as
   ``agentrl-deep-research``): text in, tool messages out, for SkyRL's stock generator. The episode
   reward is our rubric score (with ``judge: inline`` in the env config, our LLM judge scores answers
-  that need it).
+  that need it). A judge failure is never a number: reward NaN with ``metadata["reward_status"] =
+  "judge_error"`` (``"unscored"`` for an answer no judge was configured for).
 - ``ResearchGenerator``: SkyRL's generator contract (``async generate(GeneratorInput) ->
   GeneratorOutput``) run by our episode loop: each turn is fed the expander's generation prompt
   through the inference client's ``generate(prompt_token_ids=...)`` (token in, token out), and the
   output carries our masks, logprobs and per-token rewards (``token_level_scores``), so nothing is
-  re-tokenized from chat history. Use it from a ``BasePPOExp.get_generator`` override
+  re-tokenized from chat history. A group with a judge failure is dropped whole and counted
+  (``mapping.skyrl_generator_output``): SkyRL keeps every sample, so that is how it stays out of
+  a baseline. Use it from a ``BasePPOExp.get_generator`` override
   (``examples/skyrl/main_agentrl.py``).
 
 skyrl-gym (``agentrl[skyrl]``) is imported here; skyrl-train is not needed to build either class
@@ -18,6 +21,7 @@ skyrl-gym (``agentrl[skyrl]``) is imported here; skyrl-train is not needed to bu
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -81,6 +85,11 @@ class ResearchTextEnv(BaseTextEnv):
         metadata = {
             k: info[k] for k in ("turn", "tool_calls", "format_errors", "truncated_reason") if k in info
         }
+        status = _reward_status(info) if terminated else "ok"
+        if status != "ok":
+            # Never a number: the judge failed (or no judge was configured for LLM criteria).
+            reward = math.nan
+        metadata["reward_status"] = status
         return BaseTextEnvStepOutput(
             observations=observations, reward=float(reward), done=done, metadata=metadata
         )
@@ -88,6 +97,18 @@ class ResearchTextEnv(BaseTextEnv):
     def get_metrics(self) -> dict[str, Any]:
         """Env counters of the episode (tool calls, format errors, ...)."""
         return dict(getattr(self.env, "counts", {}))
+
+
+def _reward_status(info: dict[str, Any]) -> str:
+    """``ok``, ``judge_error`` (the judge failed after its retries) or ``unscored`` (an answer the
+    env left to an LLM judge that this env was not given) for a terminating step's ``info``."""
+    status = info.get("reward_status")
+    breakdown = info.get("reward_breakdown") or {}
+    if status == "judge_error" or breakdown.get("status") == "judge_error":
+        return "judge_error"
+    if info.get("needs_judge"):
+        return "unscored"
+    return "ok"
 
 
 def register_env(env_id: str = ENV_ID) -> str:

@@ -7,6 +7,9 @@ the ``agentrl:`` block of that config (see ``examples/verl/agent_loop.yaml``) be
 ``python -m agentrl.integrations.task_data --engine verl``), samples every turn with
 ``server_manager.generate(prompt_ids=...)`` (token in, token out) and returns an ``AgentLoopOutput``
 whose ids, mask, logprobs and reward are our expander's (``mapping.verl_output_fields``).
+A trajectory the judge failed on is handed over with an all-zero mask; the advantage estimator
+``agentrl_grpo`` (``verl_advantage``, required in place of verl's group estimators) keeps it out of
+its group's baseline.
 
 Needs verl >= 0.6 (``TokenOutput`` with ``log_probs``, ``AgentLoopOutput.reward_score``); checked
 against verl 0.9.1's classes. Import this module only where verl is installed.
@@ -33,6 +36,7 @@ from agentrl.errors import ConfigError
 from agentrl.integrations.episode import Episode, Generation, run_episode
 from agentrl.integrations.mapping import verl_output_fields
 from agentrl.integrations.settings import expander_for, load_settings
+from agentrl.integrations.verl_advantage import check_estimator
 
 __all__ = ["AGENT_NAME", "ResearchAgentLoop"]
 
@@ -58,6 +62,9 @@ class ResearchAgentLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, agentrl: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        why = check_estimator(_get(_get(self.config, "algorithm"), "adv_estimator"))
+        if why is not None:
+            raise ConfigError(why)
         self.settings = load_settings(agentrl, source="verl agent loop config: agentrl")
         self.expander = expander_for(self.tokenizer, **self.settings.template_kwargs)
         self.judge = self.settings.make_judge()

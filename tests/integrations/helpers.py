@@ -69,3 +69,80 @@ def expected(trajectory: Trajectory):  # type: ignore[no-untyped-def]
     rec = token_trajectory(row, trajectory)
     last = max(i for i, m in enumerate(rec.loss_mask) if m) + 1
     return row, rec, last
+
+
+# ---- one judge failure in a GRPO group: the same trajectories for the native trainer and each adapter
+
+
+@functools.cache
+def _oracle_trajectory(task_index: int) -> Trajectory:
+    import asyncio
+
+    from agentrl.integrations.episode import run_episode
+
+    task = tasks()[task_index]
+    ep = asyncio.run(
+        run_episode(
+            ResearchEnv(ENV_CONFIG),
+            Expander(tokenizer()),
+            OracleEngine(tasks()).generate,
+            task=task,
+            seed=task_index,
+            episode_id=f"{task.id}#oracle",
+            max_new_tokens=256,
+            max_completion_tokens=4096,
+        )
+    )
+    return ep.trajectory
+
+
+# Two GRPO groups (one per task); None is a trajectory the judge failed on. Rewards vary within a group.
+GROUPS: dict[int, list[float | None]] = {0: [2.5, 1.0, None, 0.5], 1: [1.5, 0.0, 2.0]}
+
+
+def graded_episodes(groups: dict[int, list[float | None]] = GROUPS):  # type: ignore[no-untyped-def]
+    """Episodes built from the oracle's trajectory of each task, one per listed total (``None``:
+    ``judge_error``), each with its own id ``<task>#<k>``, expanded and cut as ``run_episode`` does."""
+    from agentrl.integrations.episode import Episode, cut_after_last_policy_token
+    from agentrl.trajectory import RewardBreakdown
+
+    exp = Expander(tokenizer())
+    out = []
+    for i, totals in groups.items():
+        base = _oracle_trajectory(i)
+        for k, total in enumerate(totals):
+            reward = (
+                RewardBreakdown(total=None, status="judge_error", error="judge timed out")
+                if total is None
+                else RewardBreakdown(total=total)
+            )
+            traj = base.model_copy(update={"id": f"{base.task_id}#{k}", "reward": reward}, deep=True)
+            row = exp.expand(traj)
+            out.append(Episode(traj, row, cut_after_last_policy_token(token_trajectory(row, traj))))
+    return out
+
+
+def native_grpo(episodes) -> dict[str, tuple[float, float]]:  # type: ignore[no-untyped-def]
+    """The native trainer's path on the same trajectories (``build_batch`` then GRPO
+    ``compute_advantages``, grouped by task): trajectory id → (score, advantage) of every trajectory
+    it trains on."""
+    import torch
+
+    from agentrl.train.config import AlgorithmConfig
+    from agentrl.train.scoring import build_batch
+    from agentrl.train.update import compute_advantages
+
+    tok = tokenizer()
+    keep, batch, _ = build_batch(
+        [e.trajectory for e in episodes],
+        Expander(tok),
+        normalize=False,
+        pad_id=int(tok.pad_token_id),
+        device=torch.device("cpu"),
+    )
+    compute_advantages(batch, AlgorithmConfig(name="grpo"), [t.task_id for t in keep])
+    out = {}
+    for i, t in enumerate(keep):
+        on = batch["loss_mask"][i].bool()
+        out[t.id] = (float(batch["token_level_scores"][i].sum()), float(batch["advantages"][i][on][0]))
+    return out

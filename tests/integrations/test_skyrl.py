@@ -98,3 +98,89 @@ def test_generator_output_is_our_expander_output_with_per_token_rewards():
         assert out["rewards"][k] == rec.token_level_scores[:last]
         assert out["rewards"][k][-1] == traj.reward.total > 0 and sum(out["rewards"][k]) == traj.reward.total
     assert out["rollout_metrics"]["agentrl/excluded"] == 0.0
+
+
+# ---- a judge failure is never a number, and never enters a group baseline
+
+
+def _answer_llm_task(env_cfg):
+    from tests.env.conftest import ALPHABET, call
+
+    env = skyrl_gym.make(
+        ENV_ID,
+        env_config={"env": {"suite": str(ALPHABET), **env_cfg}},
+        extras={"task_id": "alphabet-2025-cloud-llm"},
+    )
+    env.init([])
+    return env.step(call("answer", report="Q1 2025 Google Cloud revenue was $12.3 billion \\cite{x}."))
+
+
+def test_a_failed_judge_gives_nan_and_judge_error_never_zero():
+    import math
+
+    from tests.judge.fake_server import FakeJudgeServer
+
+    register_env()
+    with FakeJudgeServer() as server:  # the real litellm path; HTTP 400 is not retried
+        out = _answer_llm_task(
+            {"judge": "inline", "judge_model": "http400:skyrl", "judge_api_base": server.url}
+        )
+    assert out["done"] and math.isnan(out["reward"])
+    assert out["metadata"]["reward_status"] == "judge_error"
+    # An answer left for a judge this env was not given: no number either.
+    out = _answer_llm_task({"judge": "deferred"})
+    assert out["done"] and math.isnan(out["reward"]) and out["metadata"]["reward_status"] == "unscored"
+
+
+def skyrl_grpo(rewards, loss_masks, uids, eps=1e-6):
+    """SkyRL's documented GRPO outcome advantage (``compute_grpo_outcome_advantage`` in
+    skyrl_train/utils/ppo_utils.py; skyrl-train needs Python 3.12 and does not install here): the
+    score is the sum of a sample's per-token rewards; a group (same uid) of one gets mean 0 and
+    std 1, a larger one its mean and unbiased std; A = (score − mean) / (std + eps) on every token,
+    times the loss mask. Returns one advantage list per sample."""
+    import statistics
+
+    scores = [sum(r) for r in rewards]
+    by = {}
+    for s, u in zip(scores, uids, strict=True):
+        by.setdefault(u, []).append(s)
+    stats = {
+        u: (0.0, 1.0) if len(v) == 1 else (statistics.mean(v), statistics.stdev(v)) for u, v in by.items()
+    }
+    return [
+        [(s - stats[u][0]) / (stats[u][1] + eps) * m for m in mask]
+        for s, mask, u in zip(scores, loss_masks, uids, strict=True)
+    ]
+
+
+def test_generator_output_drops_a_group_with_a_judge_error_and_counts_it():
+    from agentrl.integrations.mapping import skyrl_generator_output
+    from tests.integrations.helpers import graded_episodes, native_grpo
+
+    episodes = graded_episodes()
+    uids = [e.trajectory.task_id for e in episodes]
+    ids = [{"instance_id": u, "repetition_id": k} for k, u in enumerate(uids)]
+    out = skyrl_generator_output(episodes, ids)
+    adv = skyrl_grpo(out["rewards"], out["loss_masks"], uids)
+    failed = next(e for e in episodes if e.reward is None).trajectory.task_id
+    native = native_grpo(episodes)  # the native trainer on the same trajectories
+    for k, e in enumerate(episodes):
+        if uids[k] == failed:  # SkyRL keeps every sample: the whole group is dropped
+            assert not any(out["loss_masks"][k]) and not any(out["rewards"][k]) and not any(adv[k])
+        else:
+            assert out["loss_masks"][k] == e.record.loss_mask
+            assert sum(out["rewards"][k]) == native[e.trajectory.id][0] == e.reward
+            on = [a for a, m in zip(adv[k], out["loss_masks"][k], strict=True) if m]
+            assert on and all(a == pytest.approx(native[e.trajectory.id][1], abs=1e-5) for a in on)
+    m = out["rollout_metrics"]
+    assert (m["agentrl/excluded"], m["agentrl/dropped_groups"], m["agentrl/dropped_samples"]) == (
+        1.0,
+        1.0,
+        4.0,
+    )
+    # SkyRL's TrajectoryID objects (attributes), and no ids at all (groups are then the tasks): the same drop.
+    from types import SimpleNamespace
+
+    objs = [SimpleNamespace(**i) for i in ids]
+    assert skyrl_generator_output(episodes, objs)["loss_masks"] == out["loss_masks"]
+    assert skyrl_generator_output(episodes)["loss_masks"] == out["loss_masks"]

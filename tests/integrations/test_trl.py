@@ -126,3 +126,66 @@ def test_grpo_trainer_trains_on_what_the_rollout_handed_over(tmp_path):
         )
     want = np.mean([Trajectory.model_validate_json(i["agentrl_trajectory"]).reward.total for i in inputs])
     assert trainer._metrics["train"]["rewards/agentrl_reward/mean"] == [pytest.approx(want)]
+
+
+def test_a_judge_error_stays_out_of_trls_group_baseline(tmp_path):
+    """TRL's own GRPO (the real trainer's ``_generate_and_score_completions``) on a group of four with
+    one judge error: the other three get what TRL gives the group of three without it, and what the
+    native trainer gives them on the same trajectories."""
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'agentrl[trl]')")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agentrl.integrations.mapping import trl_rollout_fields
+    from tests.integrations.helpers import graded_episodes, native_grpo
+
+    episodes = graded_episodes({0: [2.5, 1.0, None, 0.5]})
+    kept = [k for k, e in enumerate(episodes) if e.reward is not None]
+
+    def rollout(prompts, trainer):  # what our rollout_func hands TRL for these episodes
+        return trl_rollout_fields(episodes if len(prompts) == len(episodes) else [episodes[k] for k in kept])
+
+    tok = tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+    )
+    row = task_rows(ENV_CONFIG, engine="trl", limit=1)[0]
+    assert row["task_id"] == episodes[0].trajectory.task_id
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=64,
+        use_cpu=True,
+        report_to=[],
+        max_steps=1,
+        bf16=False,
+    )
+    trainer = GRPOTrainer(
+        model=LlamaForCausalLM(cfg),
+        processing_class=tok,
+        reward_funcs=[make_reward_func(SETTINGS)],
+        args=args,
+        train_dataset=Dataset.from_list([row]),
+        rollout_func=rollout,
+    )
+    with_error = trainer._generate_and_score_completions([dict(row) for _ in range(4)])["advantages"]
+    trainer.num_generations = 3  # the same group without the failed member, through the same code
+    without = trainer._generate_and_score_completions([dict(row) for _ in range(3)])["advantages"]
+    native = native_grpo(episodes)
+    assert with_error[2].item() == 0.0  # the failed member: no advantage
+    for j, k in enumerate(kept):
+        assert with_error[k].item() == pytest.approx(without[j].item(), abs=1e-6)
+        # TRL divides by std + 1e-4, the native trainer by std + 1e-6.
+        assert with_error[k].item() == pytest.approx(native[episodes[k].trajectory.id][1], rel=1e-3)
+    assert np.std([with_error[k].item() for k in kept]) > 0.5  # rewards vary within the group

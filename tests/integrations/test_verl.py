@@ -2,8 +2,9 @@
 (scripted oracle ids), built from examples/verl/agent_loop.yaml exactly as verl's worker builds it,
 and checked against our expander; examples/verl/grpo.yaml checked against verl's own config tree.
 
-Skipped where verl (>= 0.6, with its agent loop) is not installed; under this repo's pins (numpy 2,
-transformers 5.23) pip finds no such verl, so CI skips it. See docs/integrations.md.
+verl does not co-install with this repo's pins (numpy 2, transformers 5.23): where it is missing,
+``verl_side.ensure_verl`` installs it without its dependencies into a side directory (skipped only
+when the registry is unreachable). See docs/integrations.md.
 """
 
 from __future__ import annotations
@@ -13,16 +14,28 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-agent_loop = pytest.importorskip(
-    "verl.experimental.agent_loop.agent_loop", reason="verl>=0.6 with its agent loop is not installed"
-)
-hydra_utils = pytest.importorskip("hydra.utils")
+from tests.integrations.verl_side import ensure_verl
+
+ensure_verl()
+import hydra.utils as hydra_utils  # noqa: E402
+import verl.experimental.agent_loop.agent_loop as agent_loop  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
+from agentrl.errors import ConfigError  # noqa: E402
+from agentrl.integrations.mapping import verl_output_fields  # noqa: E402
 from agentrl.integrations.verl import AGENT_NAME, ResearchAgentLoop  # noqa: E402
-from tests.integrations.helpers import OracleEngine, expected, tasks, tokenizer  # noqa: E402
+from agentrl.integrations.verl_advantage import ESTIMATOR, register  # noqa: E402
+from tests.integrations.helpers import (  # noqa: E402
+    OracleEngine,
+    expected,
+    graded_episodes,
+    native_grpo,
+    tasks,
+    tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "verl"
@@ -42,11 +55,14 @@ class FakeServerManager:
         return TokenOutput(token_ids=gen.token_ids, log_probs=gen.logprobs, stop_reason="completed")
 
 
-def _loop(server, response_length=4096):
+def _loop(server, response_length=4096, adv_estimator=ESTIMATOR):
     registry = OmegaConf.load(EXAMPLES / "agent_loop.yaml")
     entry = next(e for e in registry if e.name == AGENT_NAME)
     trainer = OmegaConf.create(
-        {"actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": response_length}}}
+        {
+            "actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": response_length}},
+            "algorithm": {"adv_estimator": adv_estimator},
+        }
     )
     # As verl's AgentLoopWorker does: instantiate the registry entry with the loop's arguments.
     return hydra_utils.instantiate(
@@ -101,6 +117,8 @@ def test_response_length_caps_the_episode():
 
 
 def test_grpo_example_keys_exist_in_verls_config():
+    import importlib
+
     import verl.trainer.config as cfg_pkg
     from hydra import compose, initialize_config_dir
 
@@ -123,5 +141,99 @@ def test_grpo_example_keys_exist_in_verls_config():
             d = d[part]
         return True
 
-    missing = [k for k in leaves(ours) if not has(base, k)]
+    # Ray's own runtime_env key (verl passes runtime_env to ray.init): it registers our estimator in
+    # verl's driver, where advantages are computed.
+    hook = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
+    missing = [k for k in leaves(ours) if not has(base, k) and k != hook]
     assert not missing, f"examples/verl/grpo.yaml sets keys verl's ppo_trainer does not have: {missing}"
+    assert ours["algorithm"]["adv_estimator"] == ESTIMATOR
+    target = ours["ray_kwargs"]["ray_init"]["runtime_env"]["worker_process_setup_hook"]
+    module, fn = target.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), fn) is register
+    # The whole example composes with verl's config tree as `main_ppo --config-name grpo` does.
+    with initialize_config_dir(config_dir=str(EXAMPLES), version_base=None):
+        cfg = compose(config_name="grpo")
+    assert (
+        cfg.algorithm.adv_estimator == ESTIMATOR and cfg.ray_kwargs.ray_init.runtime_env[hook.rsplit(".")[-1]]
+    )
+
+
+# ---- a judge failure stays out of its group's baseline, computed by verl's own advantage code
+
+
+def _verl_batch(episodes):
+    """The episodes as verl's trainer holds them: each ``AgentLoopOutput.as_dict()`` (``rm_scores``
+    on the last response token, ``response_mask``), right-padded, ``uid`` one per task (group)."""
+    from verl import DataProto
+
+    rows = [
+        agent_loop.AgentLoopOutput(metrics=agent_loop.AgentLoopMetrics(), **verl_output_fields(e)).as_dict()
+        for e in episodes
+    ]
+    T = max(len(r["response_mask"]) for r in rows)
+    scores = torch.zeros(len(rows), T)
+    mask = torch.zeros(len(rows), T, dtype=torch.int64)
+    for i, r in enumerate(rows):
+        scores[i, : len(r["rm_scores"])] = r["rm_scores"]
+        mask[i, : len(r["response_mask"])] = r["response_mask"]
+    uid = np.array([e.trajectory.task_id for e in episodes], dtype=object)
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": scores, "response_mask": mask}, non_tensors={"uid": uid}
+    )
+
+
+def _advantages(episodes, estimator):
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    data = compute_advantage(_verl_batch(episodes), adv_estimator=estimator, config=AlgoConfig())
+    adv, mask = data.batch["advantages"], data.batch["response_mask"].bool()
+    return {
+        e.trajectory.id: (float(adv[i][mask[i]][0]) if mask[i].any() else 0.0, adv[i])
+        for i, e in enumerate(episodes)
+    }
+
+
+def test_a_judge_error_stays_out_of_its_group_baseline_in_verls_own_grpo():
+    episodes = graded_episodes()
+    failed = next(e for e in episodes if e.reward is None)
+    assert verl_output_fields(failed)["extra_fields"]["agentrl_excluded"] is True
+    ours = _advantages(episodes, ESTIMATOR)  # through verl's trainer dispatch and registry
+    without = _advantages([e for e in episodes if e is not failed], "grpo")  # verl's stock GRPO
+    # The failed member trains on nothing; its group-mates get what verl's GRPO gives the group
+    # without it; and the native trainer, fed the same trajectories, agrees on every one.
+    assert not ours[failed.trajectory.id][1].any()
+    native = native_grpo(episodes)
+    assert set(native) == set(without)
+    for tid, (adv, _) in without.items():
+        assert ours[tid][0] == pytest.approx(adv, abs=1e-6)
+        assert native[tid][1] == pytest.approx(adv, abs=1e-5)
+        ep = next(e for e in episodes if e.trajectory.id == tid)
+        assert native[tid][0] == verl_output_fields(ep)["reward_score"] == ep.reward
+    # verl's stock GRPO would have let the failed member's 0 into the baseline (what the adapter prevents).
+    stock = _advantages(episodes, "grpo")
+    mates = [e.trajectory.id for e in episodes if e.trajectory.task_id == failed.trajectory.task_id]
+    assert any(abs(stock[t][0] - without[t][0]) > 0.05 for t in mates if t != failed.trajectory.id)
+
+
+def test_verls_v1_trainer_dispatch_uses_the_estimator_too():
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    episodes = graded_episodes()
+    data = _verl_batch(episodes)
+    keys = [f"{e.trajectory.task_id}_{k}_0" for k, e in enumerate(episodes)]
+    got = compute_advantage_for_multi_trajectories(data, keys, ESTIMATOR, config=AlgoConfig())
+    want = _advantages(episodes, ESTIMATOR)
+    for i, e in enumerate(episodes):
+        assert torch.equal(got.batch["advantages"][i], want[e.trajectory.id][1])
+
+
+def test_the_agent_loop_refuses_an_estimator_that_would_take_a_judge_error_into_a_baseline():
+    server = FakeServerManager(OracleEngine(tasks()))
+    for name in ("grpo", "rloo", "grpo_vectorized"):
+        with pytest.raises(Exception, match=ESTIMATOR) as err:  # hydra wraps it in its own error
+            _loop(server, adv_estimator=name)
+        assert isinstance(err.value, ConfigError) or isinstance(err.value.__cause__, ConfigError)
+    for name in (ESTIMATOR, "gae", "reinforce_plus_plus"):
+        assert isinstance(_loop(server, adv_estimator=name), ResearchAgentLoop)
