@@ -17,7 +17,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from agentrl.env.backends.base import Hit, Page, ToolFailure
-from agentrl.env.suite import cache_dir, parse_date, read_corpus
+from agentrl.env.cache_dir import cache_dir
+from agentrl.env.suite import parse_date, read_corpus
 
 __all__ = ["SandboxBackend", "normalize_url"]
 
