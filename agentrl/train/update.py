@@ -1,5 +1,5 @@
 """One RL update over a batch of expanded trajectories, in the order the trainer runs it:
-advantages → actor and critic steps (the forward passes are in ``agentrl.train.forward``, and are
+advantages → actor and critic steps (the forward passes are in ``agentrl.learn.forward``, and are
 re-exported here).
 
 A batch is the dict of ``agentrl.tokens.collate`` ([B, T] tensors: ``input_ids``, ``attention_mask``,
@@ -22,20 +22,14 @@ from agentrl.algos import (
     AdaptiveKLController,
     FixedKLController,
     agg_loss,
-    apply_kl_penalty,
     explained_variance,
-    gae,
-    grpo_advantages,
     kl_penalty,
-    masked_mean,
-    masked_sum,
-    masked_whiten,
     policy_loss,
-    reinforce_pp_advantages,
-    rloo_advantages,
     value_loss,
 )
-from agentrl.train.config import AlgorithmConfig
+from agentrl.learn import advantages
+from agentrl.learn.algorithm import AlgorithmConfig
+from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values, micro_batches
 from agentrl.train.distributed import (
     all_gather_objects,
     all_reduce_grads,
@@ -43,7 +37,6 @@ from agentrl.train.distributed import (
     all_reduce_sum,
     world_size,
 )
-from agentrl.train.forward import chunked_forward, forward_logprobs, forward_values, micro_batches
 from agentrl.train.fsdp import dummy_micro_batch, is_sharded
 
 __all__ = [
@@ -59,70 +52,17 @@ __all__ = [
 Batch = dict[str, torch.Tensor]
 
 
-def _trajectory_scores(batch: Batch, rewards: torch.Tensor) -> torch.Tensor:
-    return masked_sum(rewards, batch["loss_mask"], dim=-1)
-
-
 def compute_advantages(
     batch: Batch,
     cfg: AlgorithmConfig,
     group_ids: Sequence[Hashable] | torch.Tensor,
     kl_controller: FixedKLController | AdaptiveKLController | None = None,
 ) -> dict[str, float]:
-    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``; returns metrics.
-
-    KL in the reward (``cfg.kl_in_reward``) needs ``old_logprobs`` and ``ref_logprobs``; PPO needs
-    ``values``. GRPO / RLOO use each trajectory's summed reward, compared within ``group_ids``.
-    """
-    mask = batch["loss_mask"]
-    scores = batch["token_level_scores"].float()
-    metrics: dict[str, float] = {}
-    if cfg.kl_in_reward:
-        if kl_controller is None:
-            raise ValueError("kl_in_reward needs a KL controller")
-        rewards, kl_metrics = apply_kl_penalty(
-            scores, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_controller, cfg.kl_kind
-        )
-        metrics.update(kl_metrics)
-    else:
-        rewards = scores
-    batch["token_level_rewards"] = rewards
-    if cfg.name == "ppo":
-        adv, ret = gae(rewards, batch["values"], mask, cfg.gamma, cfg.lam)
-        batch["returns"] = ret
-        if cfg.whiten_advantages:
-            batch["raw_advantages"] = adv
-            adv = _whiten(adv, mask)
-    elif cfg.name == "grpo":
-        adv = grpo_advantages(
-            _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std
-        )
-    elif cfg.name == "rloo":
-        adv = rloo_advantages(_trajectory_scores(batch, rewards), group_ids, mask)
-    else:
-        adv = reinforce_pp_advantages(rewards, mask, cfg.gamma)
-    batch["advantages"] = adv
-    if "returns" not in batch:
-        batch["returns"] = adv.clone()
-    metrics["critic/advantages/mean"] = masked_mean(adv, mask).item()
-    metrics["critic/advantages/max"] = adv[mask.bool()].max().item() if mask.any() else 0.0
-    metrics["critic/advantages/min"] = adv[mask.bool()].min().item() if mask.any() else 0.0
-    metrics["critic/rewards/mean"] = _trajectory_scores(batch, rewards).mean().item()
-    return metrics
-
-
-def _whiten(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``masked_whiten`` with the mean and unbiased variance taken over every rank's policy tokens."""
-    if world_size() == 1:
-        return masked_whiten(adv, mask) * mask
-    m = mask.to(torch.float64)
-    a = adv.to(torch.float64)
-    n = all_reduce_sum(float(m.sum()))
-    mean = all_reduce_sum(float((a * m).sum())) / max(n, 1e-8)
-    var = all_reduce_sum(float((((a - mean) * m) ** 2).sum())) / max(n, 1e-8)
-    if n > 1:
-        var *= n / (n - 1)
-    return ((adv - mean) * torch.rsqrt(torch.tensor(var + 1e-8, dtype=adv.dtype))) * mask
+    """``agentrl.learn.advantages.compute_advantages`` (which replay calls too), with PPO's whitening
+    taken over every rank's policy tokens when there are several ranks."""
+    return advantages.compute_advantages(
+        batch, cfg, group_ids, kl_controller, reduce_sum=all_reduce_sum if world_size() > 1 else None
+    )
 
 
 def _denominator(mb: Batch, agg: str, norm: int) -> float:

@@ -13,7 +13,7 @@ from agentrl.errors import ConfigError
 from agentrl.policy.vllm import VLLMClient, VLLMError
 from agentrl.policy.vllm_sync import WeightSync
 from agentrl.train.generate import sample_batch
-from agentrl.train.models import build_tiny_model
+from agentrl.learn.models import build_tiny_model
 from tests.policy_vllm.conftest import TINY_SPEC
 
 
