@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.rundir import RunDir
+from agentrl.train.sources import summarize_sources
 
 __all__ = ["RunLog", "summarize_rewards"]
 
@@ -98,7 +99,11 @@ class RunLog:
     def finish(self) -> dict[str, Any]:
         """Write ``summary.json`` and ``reward_curve.png``; return the summary."""
         rewards = [r.get(REWARD_KEY, 0.0) for r in self.rows]
-        summary: dict[str, Any] = {"steps": len(self.rows), **summarize_rewards(rewards)}
+        summary: dict[str, Any] = {
+            "steps": len(self.rows),
+            **summarize_rewards(rewards),
+            **summarize_sources(self.rows),
+        }
         if self.rows:
             summary["time_s"] = sum(r.get("timing_s/step", 0.0) for r in self.rows)
             summary["final"] = {k: v for k, v in self.rows[-1].items() if not k.startswith("timing")}

@@ -46,6 +46,7 @@ from agentrl.train.fsdp import full_params, load_sharded, set_grad_divide, shard
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import build_batch, judge_trajectories, normalized_reward
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
+from agentrl.train.sources import opened_sources, page_kinds
 from agentrl.train.token_log import collect_token_stats
 from agentrl.train.update import compute_advantages, update_actor, update_critic
 from agentrl.trajectory import Trajectory, write_trajectories
@@ -107,6 +108,7 @@ class Trainer:
         self.env_config = self._env_config()
         probe = ResearchEnv(self.env_config)
         self.tasks = probe.suite.tasks
+        self.page_kinds = page_kinds(probe.suite)
         if not self.tasks:
             raise ConfigError(f"rollout.suite {cfg.rollout.suite!r} has no tasks")
         from agentrl.rollout.ray_env import make_env_factory
@@ -367,6 +369,7 @@ class Trainer:
         m["env/tool_calls/mean"] = float(np.mean([t.info.get("tool_calls", 0) for t in trajs]))
         m["env/answered/frac"] = float(np.mean([bool(t.info.get("terminated")) for t in trajs]))
         m["env/format_errors/mean"] = float(np.mean([t.info.get("format_errors", 0) for t in trajs]))
+        m.update(opened_sources(trajs, self.page_kinds))
         # The update's collectives need every rank: if any rank has nothing trainable this step
         # (every trajectory a judge error, say), all ranks skip the update rather than hang.
         empty_ranks = all_reduce_sum(0.0 if batch else 1.0)
