@@ -2,6 +2,7 @@
 
 import ast
 import importlib
+import itertools
 import subprocess
 import sys
 import time
@@ -18,10 +19,12 @@ LAYERS = {
     "credentials": 0,
     "trajectory": 0,
     "algos": 0,
+    "rundir": 0,
     "judge": 1,
     "tokens": 1,
     "env": 2,
     "policy": 2,
+    "learn": 2,
     "rollout": 3,
     "train": 4,
     "replay": 5,
@@ -29,51 +32,202 @@ LAYERS = {
     "integrations": 5,
     "cli": 6,
 }
-# Same-layer imports that DESIGN.md allows explicitly.
-ALLOWED_SIDEWAYS: set[tuple[str, str]] = set()
-# Modules that must not import any other agentrl module (DESIGN.md: "algos never imports a model").
-STANDALONE = {"algos"}
+# The package-to-package arrows that exist by design: anything else is a failure, even when it goes
+# down the layers (replay and explain share the update's code with train through `learn`, never by
+# importing train; `algos` imports no other agentrl module).
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "credentials": {"errors"},
+    "trajectory": {"errors"},
+    "algos": set(),
+    "rundir": {"errors"},
+    "judge": {"errors", "trajectory", "credentials"},
+    "tokens": {"errors", "trajectory", "algos"},
+    "env": {"errors", "trajectory", "judge"},
+    "policy": {"errors", "trajectory", "credentials"},
+    "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir"},
+    "rollout": {"errors", "trajectory", "judge", "env", "policy"},
+    "train": {
+        "errors",
+        "trajectory",
+        "algos",
+        "rundir",
+        "judge",
+        "tokens",
+        "env",
+        "policy",
+        "learn",
+        "rollout",
+    },
+    "replay": {"errors", "trajectory", "rundir", "judge", "tokens", "env", "policy", "learn"},
+    "explain": {"errors", "trajectory", "algos", "rundir", "tokens"},
+    "integrations": {"errors", "trajectory", "judge", "tokens", "env"},
+    "cli": set(LAYERS) - {"cli"} | {""},
+}
 
 
-def _top(module: str) -> str | None:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "agentrl" else None
+def _module_name(path: Path, root: Path = PKG) -> str:
+    parts = ["agentrl", *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _agentrl_imports(path: Path):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
+def _imports(path: Path, module: str, modules: set[str]):
+    """(imported agentrl module, line) for every import in ``path``: top level, inside functions and
+    under ``TYPE_CHECKING`` alike; relative imports resolved; ``from P import m`` names the module
+    ``P.m`` when that is a module, else ``P``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module, node.lineno
-
-
-def test_layering():
-    problems = []
-    for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG)
-        own = rel.parts[0].removesuffix(".py")
-        if own not in LAYERS or rel.name == "__main__.py":  # `python -m` entry points are CLI glue
-            continue
-        for module, lineno in _agentrl_imports(path):
-            other = _top(module)
-            if other is None or other == own or other not in LAYERS:
+                if alias.name.split(".")[0] == "agentrl":
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.split(".")[0] != "agentrl":
                 continue
-            if own in STANDALONE and other != "errors":
-                problems.append(f"{rel}:{lineno}: {own} must not import agentrl.{other}")
-            elif LAYERS[other] >= LAYERS[own] and (own, other) not in ALLOWED_SIDEWAYS:
-                problems.append(
-                    f"{rel}:{lineno}: layer {LAYERS[own]} ({own}) imports layer {LAYERS[other]} ({other})"
-                )
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                yield (sub if sub in modules else base), node.lineno
+
+
+def module_graph(root: Path = PKG) -> tuple[dict[str, set[str]], dict[tuple[str, str], str]]:
+    """The import graph of every module under ``root``: module → the agentrl modules it imports, and
+    for each arrow the ``file:line`` of its first import."""
+    files = {_module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    where: dict[tuple[str, str], str] = {}
+    for m, path in files.items():
+        for target, lineno in _imports(path, m, set(files)):
+            if target != m:
+                graph[m].add(target)
+                where.setdefault((m, target), f"{path.relative_to(root.parent)}:{lineno}")
+    return graph, where
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == 1:
+                return [*path[path.index(n) :], n]
+            if n in graph and n not in state and (found := visit(n)):
+                return found
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def _package(module: str) -> str:
+    """The top-level package of ``agentrl.X...`` (``""`` for ``agentrl`` itself); an entry point
+    (``__main__``) counts as the CLI, which it is."""
+    parts = module.split(".")
+    return "cli" if parts[-1] == "__main__" else (parts[1] if len(parts) > 1 else "")
+
+
+def forbidden_arrows(graph: dict[str, set[str]], where: dict[tuple[str, str], str]) -> list[str]:
+    """Every module-level arrow whose package-to-package arrow is not in ``ALLOWED``."""
+    problems = []
+    for m, targets in graph.items():
+        own = _package(m)
+        for t in sorted(targets):
+            other = _package(t)
+            if other != own and own in ALLOWED and other not in ALLOWED[own]:
+                problems.append(f"{where[m, t]}: {own} → {other} ({m} imports {t}) is not an allowed arrow")
+    return problems
+
+
+def test_every_package_is_declared():
+    graph, _ = module_graph()
+    packages = {_package(m) for m in graph} - {""}
+    assert packages <= set(ALLOWED), (
+        f"packages missing from ALLOWED/LAYERS: {sorted(packages - set(ALLOWED))}"
+    )
+    assert set(ALLOWED) == set(LAYERS)
+
+
+def test_allowed_arrows_go_down_the_layers():
+    """The allow-list itself obeys DESIGN.md's layers: no arrow sideways or up."""
+    bad = [
+        f"{a} (layer {LAYERS[a]}) → {b} (layer {LAYERS[b]})"
+        for a, targets in ALLOWED.items()
+        for b in targets
+        if b and LAYERS[b] >= LAYERS[a]
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_forbidden_arrow():
+    """Every import, at any depth (inside functions and TYPE_CHECKING blocks too), follows ALLOWED."""
+    problems = forbidden_arrows(*module_graph())
     assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycle():
+    """No module imports itself through others, lazily or not (a lazy import that dodges a circle
+    is still a circle)."""
+    graph, where = module_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, (
+        "import cycle: "
+        + " → ".join(f"{a} ({where[a, b]})" for a, b in itertools.pairwise(cycle))
+        + f" → {cycle[-1]}"
+    )
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        f = root / "agentrl" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return root / "agentrl"
+
+
+def test_checker_finds_a_lazy_forbidden_arrow_and_a_cycle(tmp_path):
+    """The checks have teeth: a replay function importing train, and a two-module circle through a
+    function-level import, are both reported with the offending file and line."""
+    pkg = _write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "train/__init__.py": "",
+            "train/update.py": "",
+            "replay/__init__.py": "",
+            "replay/tensors.py": "def f():\n    from agentrl.train.update import g\n",
+            "env/__init__.py": "",
+            "env/suite.py": "from agentrl.env import sandbox\n",
+            "env/sandbox.py": "def h():\n    from .suite import x\n",
+        },
+    )
+    graph, where = module_graph(pkg)
+    problems = forbidden_arrows(graph, where)
+    assert problems == [
+        "agentrl/replay/tensors.py:2: replay → train (agentrl.replay.tensors imports agentrl.train.update) "
+        "is not an allowed arrow"
+    ]
+    assert find_cycle(graph) == ["agentrl.env.sandbox", "agentrl.env.suite", "agentrl.env.sandbox"]
 
 
 def test_algos_imports_no_model_library():
     for path in (PKG / "algos").rglob("*.py"):
-        for module, lineno in _agentrl_imports(path):
-            assert module.split(".")[0] not in {"transformers", "vllm", "peft"}, f"{path}:{lineno}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for module in names:
+                assert module.split(".")[0] not in {"transformers", "vllm", "peft"}, f"{path}:{node.lineno}"
 
 
 PUBLIC = [
@@ -90,6 +244,8 @@ PUBLIC = [
     "agentrl.policy",
     "agentrl.env",
     "agentrl.judge",
+    "agentrl.learn",
+    "agentrl.rundir",
 ]
 
 

@@ -90,7 +90,7 @@ def _explain_stored(args: argparse.Namespace):
     trajs, notes = load_trajectories(args.trajectories)
     traj = pick(trajs, args.index, args.trajectories, notes)
     index = args.index % len(trajs)
-    run = RunDir(args.run) if args.run else None
+    run = RunDir.open(args.run) if args.run else None
     tokenizer = load_tokenizer(args.tokenizer, args.run)
     settings = resolve_settings(
         run.config() if run else None,

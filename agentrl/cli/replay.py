@@ -129,7 +129,7 @@ def _tensors(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
     )
     from agentrl.tokens import Expander
 
-    run = RunDir(args.run) if args.run else None
+    run = RunDir.open(args.run) if args.run else None
     tokenizer = load_tokenizer(args.tokenizer, args.run)
     if tokenizer is None:
         raise ConfigError("--tensors needs a tokenizer: --tokenizer T or --run RUN_DIR")

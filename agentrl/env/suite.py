@@ -9,32 +9,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agentrl.env.sandbox import materialize
 from agentrl.errors import ConfigError
 
 __all__ = [
     "CorpusDoc",
     "Suite",
     "Task",
-    "cache_dir",
     "load_suite",
     "parse_date",
     "read_tasks",
 ]
-
-
-def cache_dir() -> Path:
-    """Where generated sandboxes and BM25 indexes live: ``$AGENTRL_CACHE`` or ``~/.cache/agentrl``."""
-    root = os.environ.get("AGENTRL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "agentrl"
-    )
-    return Path(root)
 
 
 def parse_date(value: str | dt.date | None) -> dt.date | None:
@@ -156,8 +147,6 @@ def load_suite(name_or_path: str | Path) -> Suite:
     if key == "sandbox":
         root = _default_sandbox_dir()
         if root is None:  # installed without the repository's envs/: build the default sandbox
-            from agentrl.env.sandbox import materialize
-
             root = materialize(seed=0, companies=50)
     else:
         root = Path(name_or_path)
@@ -173,8 +162,6 @@ def load_suite(name_or_path: str | Path) -> Suite:
             raise ConfigError(f"{root / 'env.yaml'}: must be a mapping")
     data_dir = root
     if (root / "sandbox.yaml").exists() and not (root / "tasks.jsonl").exists():
-        from agentrl.env.sandbox import materialize
-
         spec = yaml.safe_load((root / "sandbox.yaml").read_text(encoding="utf-8")) or {}
         try:
             data_dir = materialize(seed=int(spec.get("seed", 0)), companies=int(spec.get("companies", 50)))

@@ -1,7 +1,7 @@
 """Replay stored trajectories (layer 5): re-score them under a new rubric or judge, rebuild the exact
 training tensors, and re-run their episodes from a recorded tool cache. See ``docs/replay.md``."""
 
-from agentrl.replay.critic import load_critic
+from agentrl.learn.critic import load_critic
 from agentrl.replay.inputs import load_tokenizer, load_trajectories, pick
 from agentrl.replay.rerun import RerunResult, format_rerun, rerun
 from agentrl.replay.rescore import (
@@ -13,7 +13,7 @@ from agentrl.replay.rescore import (
     report_json,
     rescore,
 )
-from agentrl.replay.run_dir import RunDir, step_of
+from agentrl.replay.steps import step_of
 from agentrl.replay.tensors import (
     NUMBER_FIELDS,
     Rebuilt,
@@ -23,6 +23,7 @@ from agentrl.replay.tensors import (
     row_numbers,
     save_tensors,
 )
+from agentrl.rundir import RunDir
 
 __all__ = [
     "NUMBER_FIELDS",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
+from agentrl.rundir import RunDir
 from agentrl.trajectory import TornLineWarning, Trajectory, read_trajectories
 
 __all__ = ["load_tokenizer", "load_trajectories", "pick"]
@@ -44,7 +45,7 @@ def load_tokenizer(tokenizer: str | None, run_dir: str | Path | None = None) -> 
     if tokenizer:
         name = tokenizer
     elif run_dir is not None:
-        path = Path(run_dir) / "tokenizer"
+        path = RunDir(run_dir).tokenizer_dir
         if not path.is_dir():
             raise ConfigError(f"--run {run_dir}: no tokenizer/ directory in the run (pass --tokenizer)")
         name = str(path)

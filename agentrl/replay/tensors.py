@@ -1,8 +1,9 @@
 """Rebuild the exact training tensors of stored trajectories, as the trainer built them.
 
-The batch comes from ``agentrl.train.scoring.build_batch`` (the same expander rows, the same reward
+The batch comes from ``agentrl.learn.batch.build_batch`` (the same expander rows, the same reward
 placement on the last policy token, the same drops) and its advantages from
-``agentrl.train.update.compute_advantages``; nothing here re-implements either. PPO values come from
+``agentrl.learn.advantages.compute_advantages``, the functions the trainer calls; nothing here
+re-implements either. PPO values come from
 a training run's stored numbers, a critic checkpoint, or are zero. The result is deterministic:
 ``save_tensors`` writes the same bytes for the same inputs.
 """
@@ -24,8 +25,8 @@ from agentrl.trajectory import Trajectory
 if TYPE_CHECKING:
     import torch
 
+    from agentrl.learn.algorithm import AlgorithmConfig
     from agentrl.tokens import Expander
-    from agentrl.train.config import AlgorithmConfig
 
 __all__ = ["Rebuilt", "ReplaySettings", "rebuild_batch", "resolve_settings", "row_numbers", "save_tensors"]
 
@@ -67,7 +68,7 @@ def resolve_settings(
     model to give ``ref_logprobs``); the returned ``notes`` say so."""
     from pydantic import ValidationError
 
-    from agentrl.train.config import AlgorithmConfig
+    from agentrl.learn.algorithm import AlgorithmConfig
 
     cfg = dict(run_config or {})
     algo = dict(cfg.get("algorithm") or {})
@@ -149,9 +150,9 @@ def rebuild_batch(
     """
     import torch
 
-    from agentrl.train.forward import chunked_forward, forward_values
-    from agentrl.train.scoring import build_batch
-    from agentrl.train.update import compute_advantages
+    from agentrl.learn.advantages import compute_advantages
+    from agentrl.learn.batch import build_batch
+    from agentrl.learn.forward import chunked_forward, forward_values
 
     cfg = settings.algorithm
     cpu = torch.device("cpu")

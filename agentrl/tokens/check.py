@@ -14,16 +14,23 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Literal, Protocol
 
 from agentrl.tokens.arrays import Segment
-from agentrl.tokens.template import message_to_template
+from agentrl.tokens.template import ChatTemplate, message_to_template
 from agentrl.trajectory import Trajectory
 
-if TYPE_CHECKING:
-    from agentrl.tokens.expander import Expander
+__all__ = ["Rendering", "SegmentDiff", "format_diffs", "segment_diffs"]
 
-__all__ = ["SegmentDiff", "format_diffs", "segment_diffs"]
+
+class Rendering(Protocol):
+    """What the comparison reads of an ``Expander`` (which the expander module builds on this one,
+    so the comparison names only these attributes, not the class)."""
+
+    template: ChatTemplate
+    tool_arguments: Literal["dict", "string"]
+    tail: str
+    stop_ids: frozenset[int]
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ class SegmentDiff:
     same_text: bool
 
 
-def _reference(exp: Expander, traj: Trajectory, ids: list[int], segments: list[Segment], forks: list[int]):
+def _reference(exp: Rendering, traj: Trajectory, ids: list[int], segments: list[Segment], forks: list[int]):
     """(got ids, expected ids, segments) to compare. With a fork at message f, the comparison stops
     at the end of the last turn before f (the template rewrites history from there on); with no
     turn before f, or for a turn cut by the length limit, it covers the context before that turn."""
@@ -80,7 +87,7 @@ def _reference(exp: Expander, traj: Trajectory, ids: list[int], segments: list[S
 
 
 def segment_diffs(
-    exp: Expander,
+    exp: Rendering,
     traj: Trajectory,
     ids: list[int],
     segments: list[Segment],

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from agentrl.errors import ForkError, TemplateError, TokenCheckError, TrajectoryFormatError
 from agentrl.tokens.arrays import Segment, SegmentKind, TokenizedTrajectory
+from agentrl.tokens.check import SegmentDiff, format_diffs, segment_diffs
 from agentrl.tokens.selftest import TemplateReport, run_self_test
 from agentrl.tokens.template import ChatTemplate, message_to_template
 from agentrl.trajectory import Message, Trajectory
-
-if TYPE_CHECKING:
-    from agentrl.tokens.check import SegmentDiff
 
 __all__ = ["CheckMode", "Expander"]
 
@@ -132,8 +130,6 @@ class Expander:
         segment, without raising (empty when they agree or ``mode`` is ``"off"``)."""
         if mode == "off":
             return []
-        from agentrl.tokens.check import segment_diffs
-
         pieces, _ = self._plan(trajectory)
         ids, _, _, _, segments, extra = self._assemble(pieces)
         return segment_diffs(self, trajectory, ids, segments, self.find_forks(trajectory), mode, extra)
@@ -269,8 +265,6 @@ class Expander:
                 f"({self.report.describe_rewrites()}); a chat-API rollout saw a different history"
             )
         if check != "off":
-            from agentrl.tokens.check import format_diffs, segment_diffs
-
             diffs = segment_diffs(self, traj, ids, segments, forks, check, extra)
             if diffs:
                 raise TokenCheckError(f"trajectory {traj.id!r} ({check}): " + format_diffs(diffs))

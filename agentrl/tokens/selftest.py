@@ -22,17 +22,15 @@ for templates with no tail (GLM-style), the role headers that follow an assistan
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from agentrl.errors import TemplateError
-from agentrl.tokens.check import format_diffs, segment_diffs
+from agentrl.tokens.arrays import Segment, TokenizedTrajectory
+from agentrl.tokens.check import Rendering, format_diffs, segment_diffs
 from agentrl.tokens.template import message_to_template
 from agentrl.trajectory import Message, Trajectory
 
-if TYPE_CHECKING:
-    from agentrl.tokens.expander import Expander
-
-__all__ = ["TemplateReport", "mock_conversations", "run_self_test"]
+__all__ = ["SelfTested", "TemplateReport", "mock_conversations", "run_self_test"]
 
 
 @dataclass
@@ -72,6 +70,28 @@ class TemplateReport:
         if self.generation_prompt_differs:
             parts.append("its generation prompt differs from how it writes a finished assistant turn")
         return "; ".join(parts) or "append-only"
+
+
+class SelfTested(Rendering, Protocol):
+    """What the self-test uses of the ``Expander`` it tests: the comparison's attributes, the
+    tokenizer, the report and stop tokens it fills in, and the expander's own planning, assembly
+    and expansion, so that the round trips run the code that expands real trajectories."""
+
+    tokenizer: Any
+    report: TemplateReport
+    _given_stops: frozenset[int] | None
+
+    def _plan(self, traj: Trajectory) -> tuple[list[Any], bool]: ...
+
+    def _assemble(self, pieces: list[Any]) -> tuple[list[int], Any, Any, Any, list[Segment], list[int]]: ...
+
+    def _expand(
+        self,
+        traj: Trajectory,
+        turn_rewards: Any,
+        check: Literal["strict", "ignore_whitespace", "off"],
+        max_len: int | Literal["default"] | None = "default",
+    ) -> TokenizedTrajectory: ...
 
 
 def _call(i: int, name: str, args: str) -> dict[str, Any]:
@@ -129,7 +149,7 @@ def mock_conversations() -> dict[str, list[Message]]:
     }
 
 
-def _probe_append_only(exp: Expander, rep: TemplateReport, name: str, msgs: list[Message]) -> None:
+def _probe_append_only(exp: SelfTested, rep: TemplateReport, name: str, msgs: list[Message]) -> None:
     t = exp.template
     tm = [message_to_template(m, exp.tool_arguments) for m in msgs]
     plain = [t.render(tm[:k], False) if k else "" for k in range(len(tm) + 1)]
@@ -161,7 +181,7 @@ def _probe_append_only(exp: Expander, rep: TemplateReport, name: str, msgs: list
             rep.rewrites_assistant = True
 
 
-def run_self_test(exp: Expander) -> TemplateReport:
+def run_self_test(exp: SelfTested) -> TemplateReport:
     """Run the matrix; return the report or raise ``TemplateError`` saying why the template fails."""
     t = exp.template
     rep = TemplateReport(assistant_tail=exp.tail, generation_prompt=t.generation_prompt())

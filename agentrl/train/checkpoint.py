@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl.rundir import META, SHARDED, STATE, step_name
 from agentrl.train.distributed import barrier, is_main
 
-__all__ = ["latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = ["load_checkpoint", "save_checkpoint"]
 
 
 def save_checkpoint(
@@ -25,8 +26,8 @@ def save_checkpoint(
     With ``sharded`` (FSDP state dicts of DTensors), every rank must call this: each writes its own
     shards under ``step_NNNNN/sharded`` with ``torch.distributed.checkpoint``, and rank 0 writes
     ``state.pt`` last, so a checkpoint is complete exactly when ``state.pt`` exists."""
-    final = directory / f"step_{step:05d}"
-    tmp = directory / f".step_{step:05d}.tmp"
+    final = directory / step_name(step)
+    tmp = directory / f".{step_name(step)}.tmp"
     if is_main():
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -35,7 +36,7 @@ def save_checkpoint(
         import torch.distributed.checkpoint as dcp
 
         barrier()
-        dcp.save(sharded, checkpoint_id=str(tmp / "sharded"))
+        dcp.save(sharded, checkpoint_id=str(tmp / SHARDED))
         barrier()
     if is_main():
         rng = {
@@ -44,8 +45,8 @@ def save_checkpoint(
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
-        torch.save({**state, "step": step, "rng": rng}, tmp / "state.pt")
-        (tmp / "meta.json").write_text(json.dumps({"step": step, "sharded": sharded is not None}))
+        torch.save({**state, "step": step, "rng": rng}, tmp / STATE)
+        (tmp / META).write_text(json.dumps({"step": step, "sharded": sharded is not None}))
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -54,15 +55,9 @@ def save_checkpoint(
     return final
 
 
-def latest_checkpoint(directory: Path) -> Path | None:
-    """The checkpoint with the highest step under ``directory``, or None."""
-    found = sorted(p for p in directory.glob("step_*") if (p / "state.pt").exists())
-    return found[-1] if found else None
-
-
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint and restore the RNG states; returns the saved state (``step`` included)."""
-    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    state = torch.load(path / STATE, map_location="cpu", weights_only=False)
     rng = state["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agentrl.train.models import autocast
+from agentrl.learn.models import autocast
 
 __all__ = ["Sample", "sample_batch"]
 

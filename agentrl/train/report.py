@@ -3,9 +3,11 @@ optional TensorBoard / W&B, and the final summary with a reward-curve PNG."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from agentrl.rundir import RunDir
+from agentrl.train.sources import summarize_sources
 
 __all__ = ["RunLog", "summarize_rewards"]
 
@@ -26,31 +28,28 @@ class RunLog:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.path = out / "metrics.jsonl"
-        self.rows: list[dict[str, Any]] = []
-        if self.path.exists():
-            self.rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        self.run = RunDir(out)
+        self.rows: list[dict[str, Any]] = self.run.metrics()
         self._bar = None
         self._writers: list[Any] = []
 
     def truncate_after(self, step: int) -> None:
         """Forget steps after ``step`` (a resumed run recomputes them)."""
         self.rows = [r for r in self.rows if r.get("step", 0) <= step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+        self.run.rewrite_metrics(self.rows)
 
     def sft(self, k: int, loss: float) -> None:
-        with open(self.out / "sft.jsonl", "a") as f:
-            f.write(json.dumps({"sft/step": k, "sft/loss": loss}) + "\n")
+        self.run.append_sft({"sft/step": k, "sft/loss": loss})
 
     def start(self, cfg: Any, progress: bool) -> None:
         """Write the resolved ``config.json``; open the progress bar and the optional TensorBoard /
         W&B writers."""
-        (self.out / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+        self.run.write_config(cfg.model_dump(mode="json"))
         if cfg.log_tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writers.append(("tb", SummaryWriter(str(self.out / "tensorboard"))))
+                self._writers.append(("tb", SummaryWriter(str(self.run.tensorboard_dir))))
             except ImportError:
                 print("log_tensorboard: tensorboard is not installed; skipping")
         if cfg.log_wandb:
@@ -78,8 +77,7 @@ class RunLog:
     def step(self, metrics: dict[str, float]) -> None:
         """Record one step's metrics (flushed at once)."""
         self.rows.append(metrics)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(metrics) + "\n")
+        self.run.append_metrics(metrics)
         step = int(metrics["step"])
         for kind, w in self._writers:
             if kind == "tb":
@@ -101,14 +99,18 @@ class RunLog:
     def finish(self) -> dict[str, Any]:
         """Write ``summary.json`` and ``reward_curve.png``; return the summary."""
         rewards = [r.get(REWARD_KEY, 0.0) for r in self.rows]
-        summary: dict[str, Any] = {"steps": len(self.rows), **summarize_rewards(rewards)}
+        summary: dict[str, Any] = {
+            "steps": len(self.rows),
+            **summarize_rewards(rewards),
+            **summarize_sources(self.rows),
+        }
         if self.rows:
             summary["time_s"] = sum(r.get("timing_s/step", 0.0) for r in self.rows)
             summary["final"] = {k: v for k, v in self.rows[-1].items() if not k.startswith("timing")}
         png = self._plot(rewards)
         if png:
             summary["reward_curve"] = str(png)
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        self.run.write_summary(summary)
         return summary
 
     def _plot(self, rewards: list[float]) -> Path | None:
@@ -134,7 +136,7 @@ class RunLog:
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
         fig.tight_layout()
-        path = self.out / "reward_curve.png"
+        path = self.run.reward_curve_file
         fig.savefig(path)
         plt.close(fig)
         return path

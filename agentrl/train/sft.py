@@ -17,8 +17,8 @@ from torch import nn
 from agentrl.algos import masked_mean
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
+from agentrl.learn.forward import forward_logprobs
 from agentrl.tokens import Expander, collate
-from agentrl.train.forward import forward_logprobs
 from agentrl.trajectory import Trajectory
 
 __all__ = ["collect_oracle_trajectories", "sft_step"]

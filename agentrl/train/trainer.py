@@ -25,8 +25,11 @@ import torch
 from agentrl.algos import AdaptiveKLController, FixedKLController, masked_mean
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
+from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values
+from agentrl.learn.models import ValueModel, build_tiny_model, frozen_copy
+from agentrl.rundir import SHARDED, RunDir
 from agentrl.tokens import Expander
-from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agentrl.train.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import (
     all_gather_objects,
@@ -39,13 +42,12 @@ from agentrl.train.distributed import (
     world_size,
 )
 from agentrl.train.episodes import Job, run_policy_episodes
-from agentrl.train.forward import chunked_forward, forward_logprobs, forward_values
 from agentrl.train.fsdp import full_params, load_sharded, set_grad_divide, shard_model, sharded_state
-from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import StepJudge, build_batch, normalized_reward
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
-from agentrl.train.token_log import collect_token_stats, write_token_stats
+from agentrl.train.sources import opened_sources, page_kinds
+from agentrl.train.token_log import collect_token_stats
 from agentrl.train.update import compute_advantages, update_actor, update_critic
 from agentrl.trajectory import Trajectory, write_trajectories
 
@@ -106,6 +108,7 @@ class Trainer:
         self.env_config = self._env_config()
         probe = ResearchEnv(self.env_config)
         self.tasks = probe.suite.tasks
+        self.page_kinds = page_kinds(probe.suite)
         if not self.tasks:
             raise ConfigError(f"rollout.suite {cfg.rollout.suite!r} has no tasks")
         from agentrl.rollout.ray_env import make_env_factory
@@ -187,7 +190,7 @@ class Trainer:
         from transformers import AutoTokenizer
 
         cfg = self.cfg.model
-        saved = self.out / "tokenizer"
+        saved = RunDir(self.out).tokenizer_dir
         if resume and saved.exists():
             return AutoTokenizer.from_pretrained(saved)
         if cfg.tokenizer or not cfg.path.startswith("tiny:"):
@@ -252,7 +255,7 @@ class Trainer:
     def save(self) -> Path | None:
         """Write a checkpoint of the current step; call it on every rank (FSDP ranks each write their
         shards with ``torch.distributed.checkpoint``; otherwise rank 0 writes everything)."""
-        directory = self.out / "checkpoints"
+        directory = RunDir(self.out).checkpoints_dir
         state: dict[str, Any] = {
             "scheduler": self.sched.state_dict(),
             "kl_coef": self.kl_ctrl.value,
@@ -275,9 +278,9 @@ class Trainer:
         return save_checkpoint(directory, self.step, state)
 
     def _restore(self) -> None:
-        path = latest_checkpoint(self.out / "checkpoints")
+        path = RunDir(self.out).latest_checkpoint()
         if path is None:
-            raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+            raise ConfigError(f"--resume: no checkpoint under {RunDir(self.out).checkpoints_dir}")
         state = load_checkpoint(path)
         if bool(state.get("sharded")) != self.fsdp:
             raise ConfigError(
@@ -285,7 +288,7 @@ class Trainer:
                 f"resume it the same way"
             )
         if self.fsdp:
-            load_sharded(path / "sharded", self._sharded_modules())
+            load_sharded(path / SHARDED, self._sharded_modules())
         else:
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
@@ -324,7 +327,7 @@ class Trainer:
         for part in all_gather_objects(collect_token_stats(ids, batch)):
             merged.update(part)
         if is_main():
-            write_token_stats(self.out / "tokens" / f"step_{step:05d}.npz", merged)
+            RunDir(self.out).write_token_stats(step, merged)
 
     def train_step(self) -> dict[str, float]:
         """Run one RL step (the ``self.step + 1``-th) and return its metrics."""
@@ -354,7 +357,7 @@ class Trainer:
             t.info["step"] = step
         everyone = [t for part in all_gather_objects(trajs) for t in part]
         if is_main():
-            write_trajectories(self.out / "trajectories" / f"step_{step:05d}.jsonl", everyone)
+            write_trajectories(RunDir(self.out).trajectory_file(step), everyone)
         keep, batch, stats = build_batch(
             trajs, self.expander, normalize=cfg.judge.normalize, pad_id=self.pad_id, device=self.device
         )
@@ -369,6 +372,7 @@ class Trainer:
         m["env/tool_calls/mean"] = float(np.mean([t.info.get("tool_calls", 0) for t in trajs]))
         m["env/answered/frac"] = float(np.mean([bool(t.info.get("terminated")) for t in trajs]))
         m["env/format_errors/mean"] = float(np.mean([t.info.get("format_errors", 0) for t in trajs]))
+        m.update(opened_sources(trajs, self.page_kinds))
         # The update's collectives need every rank: if any rank has nothing trainable this step
         # (every trajectory a judge error, say), all ranks skip the update rather than hang.
         empty_ranks = all_reduce_sum(0.0 if batch else 1.0)

@@ -1,5 +1,5 @@
 """One RL update over a batch of expanded trajectories, in the order the trainer runs it:
-advantages → actor and critic steps (the forward passes are in ``agentrl.train.forward``, and are
+advantages → actor and critic steps (the forward passes are in ``agentrl.learn.forward``, and are
 re-exported here).
 
 A batch is the dict of ``agentrl.tokens.collate`` ([B, T] tensors: ``input_ids``, ``attention_mask``,
@@ -26,21 +26,15 @@ from agentrl.algos import (
     FixedKLController,
     Reduce,
     agg_loss,
-    apply_kl_penalty,
     explained_variance,
-    gae,
-    grpo_advantages,
     kl_penalty,
-    masked_mean,
-    masked_sum,
-    masked_whiten,
     mini_batch_rows,
     policy_loss,
-    reinforce_pp_advantages,
-    rloo_advantages,
     value_loss,
 )
-from agentrl.train.config import AlgorithmConfig
+from agentrl.learn import advantages
+from agentrl.learn.algorithm import AlgorithmConfig
+from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values, micro_batches
 from agentrl.train.distributed import (
     all_gather_objects,
     all_reduce_grads,
@@ -49,7 +43,6 @@ from agentrl.train.distributed import (
     rank_reduce,
     world_size,
 )
-from agentrl.train.forward import chunked_forward, forward_logprobs, forward_values, micro_batches
 from agentrl.train.fsdp import dummy_micro_batch, is_sharded
 
 __all__ = [
@@ -65,10 +58,6 @@ __all__ = [
 Batch = dict[str, torch.Tensor]
 
 
-def _trajectory_scores(batch: Batch, rewards: torch.Tensor) -> torch.Tensor:
-    return masked_sum(rewards, batch["loss_mask"], dim=-1)
-
-
 def compute_advantages(
     batch: Batch,
     cfg: AlgorithmConfig,
@@ -76,70 +65,12 @@ def compute_advantages(
     kl_controller: FixedKLController | AdaptiveKLController | None = None,
     reduce: Reduce | None = None,
 ) -> dict[str, float]:
-    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``; returns metrics.
-
-    KL in the reward (``cfg.kl_in_reward``) needs ``old_logprobs`` and ``ref_logprobs``; PPO needs
-    ``values``. GRPO / RLOO use each trajectory's summed reward, compared within ``group_ids``.
-    Batch statistics (whitening, group baselines, the batch KL, the metrics) are taken over every
-    rank's rows through ``reduce`` (default: ``rank_reduce()``, i.e. one process outside torchrun).
-    """
-    reduce = rank_reduce() if reduce is None else reduce
-    mask = batch["loss_mask"]
-    scores = batch["token_level_scores"].float()
-    metrics: dict[str, float] = {}
-    if cfg.kl_in_reward:
-        if kl_controller is None:
-            raise ValueError("kl_in_reward needs a KL controller")
-        rewards, kl_metrics = apply_kl_penalty(
-            scores, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_controller, cfg.kl_kind,
-            reduce=reduce,
-        )  # fmt: skip
-        metrics.update(kl_metrics)
-    else:
-        rewards = scores
-    batch["token_level_rewards"] = rewards
-    if cfg.name == "ppo":
-        adv, ret = gae(rewards, batch["values"], mask, cfg.gamma, cfg.lam)
-        batch["returns"] = ret
-        if cfg.whiten_advantages:
-            batch["raw_advantages"] = adv
-            adv = masked_whiten(adv, mask, reduce=reduce) * mask
-    elif cfg.name == "grpo":
-        adv = grpo_advantages(
-            _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std,
-            reduce=reduce,
-        )  # fmt: skip
-    elif cfg.name == "rloo":
-        adv = rloo_advantages(_trajectory_scores(batch, rewards), group_ids, mask, reduce=reduce)
-    else:
-        adv = reinforce_pp_advantages(rewards, mask, cfg.gamma, reduce=reduce)
-    batch["advantages"] = adv
-    if "returns" not in batch:
-        batch["returns"] = adv.clone()
-    metrics.update(_advantage_metrics(adv, mask, _trajectory_scores(batch, rewards), reduce))
-    return metrics
-
-
-def _advantage_metrics(
-    adv: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor, reduce: Reduce
-) -> dict[str, float]:
-    """The advantages' mean, max and min over policy tokens and the mean trajectory reward, over
-    every rank's rows."""
-    on = mask.bool()
-    inf = torch.tensor(torch.inf, dtype=torch.float64, device=adv.device)
-    local_max = adv[on].double().max() if on.any() else -inf
-    local_min = adv[on].double().min() if on.any() else inf
-    hi, neg_lo = reduce.max(torch.stack([local_max, -local_min])).tolist()
-    total, count = reduce.sum(
-        torch.tensor([float(scores.double().sum()), float(scores.numel())], dtype=torch.float64)
-    ).tolist()
-    any_tokens = hi > -torch.inf
-    return {
-        "critic/advantages/mean": masked_mean(adv, mask, reduce=reduce).item(),
-        "critic/advantages/max": hi if any_tokens else 0.0,
-        "critic/advantages/min": -neg_lo if any_tokens else 0.0,
-        "critic/rewards/mean": total / max(count, 1.0),
-    }
+    """``agentrl.learn.advantages.compute_advantages`` (which replay calls too), with batch statistics
+    taken over every rank's rows through ``reduce`` (default: ``rank_reduce()``, i.e. one process
+    outside torchrun)."""
+    return advantages.compute_advantages(
+        batch, cfg, group_ids, kl_controller, reduce=rank_reduce() if reduce is None else reduce
+    )
 
 
 def _denominator(mb: Batch, agg: str, norm: int) -> float:

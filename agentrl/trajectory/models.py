@@ -221,6 +221,54 @@ class Trajectory(BaseModel):
     def final_report(self) -> str:
         """The final report as the env decided it (``agentrl.trajectory.outcome.report_of``): the
         ``report`` of the first valid ``answer`` call; "" when the episode gave no report."""
-        from agentrl.trajectory.outcome import report_of
-
         return report_of(self) or ""
+
+
+# ---- the outcome rules (``agentrl.trajectory.outcome`` documents them) ----------------------------
+#: ``info["status"]`` values written by the env.
+ANSWERED, UNANSWERED, RUNNING = "answered", "unanswered", "running"
+
+
+def answer_report(arguments: Any) -> str | None:
+    """The report of an ``answer`` call with these decoded arguments: exactly ``{"report": <string>}``;
+    None for anything else (the env answers such a call with an argument error)."""
+    if isinstance(arguments, dict) and set(arguments) == {"report"} and isinstance(arguments["report"], str):
+        return arguments["report"]
+    return None
+
+
+def first_answer(message: Message) -> tuple[int, str] | None:
+    """``(index, report)`` of the first valid ``answer`` call among ``message.tool_calls``, else None."""
+    for i, call in enumerate(message.tool_calls or []):
+        if call.function.name != "answer":
+            continue
+        try:
+            report = answer_report(call.function.parsed_arguments())
+        except ValueError:
+            continue
+        if report is not None:
+            return i, report
+    return None
+
+
+def report_of(trajectory: Trajectory) -> str | None:
+    """The episode's report, or None when it gave none.
+
+    A trajectory written by the env carries the env's decision (``info["status"]`` and
+    ``info["report"]``), returned as is. For one the env did not write (a hand-built trajectory, an
+    older file), the same rule is read off the messages: the first valid ``answer`` call, else the
+    first assistant turn without tool calls that was not cut at the token limit.
+    """
+    info = trajectory.info or {}
+    if info.get("status") in (ANSWERED, UNANSWERED, RUNNING):
+        report = info.get("report")
+        return report if info["status"] == ANSWERED and isinstance(report, str) else None
+    for m in trajectory.messages:
+        if m.role != "assistant":
+            continue
+        found = first_answer(m)
+        if found is not None:
+            return found[1]
+        if not m.tool_calls and m.finish_reason != "length":
+            return m.text
+    return None

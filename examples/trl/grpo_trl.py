@@ -22,7 +22,7 @@ def _tokenizer_and_model(spec: str, env_config: dict[str, Any], limit: int | Non
 
         return AutoTokenizer.from_pretrained(spec), AutoModelForCausalLM.from_pretrained(spec, dtype="auto")
     from agentrl.integrations.task_data import task_rows
-    from agentrl.train.models import build_tiny_model
+    from agentrl.learn.models import build_tiny_model
     from agentrl.train.tokenizer import train_chat_tokenizer
 
     texts = [m["content"] for r in task_rows(env_config, engine="trl", limit=limit) for m in r["prompt"]]

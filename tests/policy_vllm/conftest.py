@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentrl.train.models import build_tiny_model
+from agentrl.learn.models import build_tiny_model
 from tests.policy_vllm.fake_vllm import FakeVLLM
 from tests.tokens.fixtures import make_tokenizer_cached
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from agentrl.train.models import build_tiny_model
+from agentrl.learn.models import build_tiny_model
 from agentrl.trajectory import read_trajectories
 from tests.policy_vllm.conftest import BASE, TINY_SPEC
 from tests.train.test_distributed import _free_port, _run

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from agentrl.errors import ConfigError
+from agentrl.learn.models import build_tiny_model
 from agentrl.policy.vllm import VLLMClient, VLLMError
 from agentrl.policy.vllm_sync import WeightSync
 from agentrl.train.generate import sample_batch
-from agentrl.train.models import build_tiny_model
 from tests.policy_vllm.conftest import TINY_SPEC
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from agentrl.errors import ConfigError
+from agentrl.learn.models import build_tiny_model
 from agentrl.train import TrainConfig, Trainer
-from agentrl.train.models import build_tiny_model
 from agentrl.trajectory import read_trajectories
 from tests.policy_vllm.conftest import TINY_SPEC, base_config
 

@@ -47,8 +47,8 @@ def add_hostile_trajectory(run_dir) -> str:
     import numpy as np
     from transformers import AutoTokenizer
 
+    from agentrl.rundir import read_token_stats, write_token_stats
     from agentrl.tokens import Expander
-    from agentrl.train.token_log import read_token_stats, write_token_stats
     from agentrl.trajectory import (
         CriterionScore,
         Message,

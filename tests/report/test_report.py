@@ -10,7 +10,7 @@ from agentrl.cli import main
 from agentrl.errors import ConfigError
 from agentrl.explain.report import load_run, parse_steps, render_report, sample_trajectories, write_report
 from agentrl.explain.report.trajectories import bucket_class
-from agentrl.train.token_log import read_token_stats
+from agentrl.rundir import read_token_stats
 from agentrl.trajectory import CriterionScore, Message, RewardBreakdown, Trajectory, write_trajectories
 from tests.report.helpers import PAYLOAD, Page, add_hostile_trajectory
 
@@ -80,7 +80,7 @@ def test_without_token_files_the_chat_is_shown_uncoloured(run_copy, tmp_path):
 
 
 def test_positions_that_do_not_fit_the_row_are_not_shown(run_copy, tmp_path):
-    from agentrl.train.token_log import write_token_stats
+    from agentrl.rundir import write_token_stats
 
     path = run_copy / "tokens" / "step_00001.npz"
     stats = read_token_stats(path)

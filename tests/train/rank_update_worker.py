@@ -14,8 +14,8 @@ import torch
 
 from agentrl.train.config import AlgorithmConfig
 from agentrl.train.distributed import all_gather_objects, init_distributed, rank, world_size
-from agentrl.train.forward import forward_logprobs
-from agentrl.train.models import build_tiny_model
+from agentrl.learn.forward import forward_logprobs
+from agentrl.learn.models import build_tiny_model
 from agentrl.train.update import compute_advantages, update_actor
 
 VOCAB = 48

@@ -104,7 +104,7 @@ def test_two_processes_equal_one(tmp_path, algo):
     ):
         assert m1[key] == pytest.approx(m3[key], rel=1e-4, abs=1e-7), key
     if algo == "ppo":  # explain/replay --critic rebuild the critic from the shards
-        from agentrl.replay.critic import load_critic
+        from agentrl.learn.critic import load_critic
 
         _assert_close(load_critic(tmp_path / "fsdp").state_dict(), one["critic"], "load_critic")
 

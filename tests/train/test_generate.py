@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from agentrl.algos import logprobs_from_logits
+from agentrl.learn.models import build_tiny_model
 from agentrl.train.generate import _process, sample_batch
-from agentrl.train.models import build_tiny_model
 from tests.tokens.fixtures import make_tokenizer_cached
 
 

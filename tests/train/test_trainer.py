@@ -72,8 +72,8 @@ def test_train_writes_metrics_trajectories_checkpoints_and_summary(tmp_path, alg
 def _check_token_stats(out, trajs, algo):
     from transformers import AutoTokenizer
 
+    from agentrl.rundir import read_token_stats
     from agentrl.tokens import Expander
-    from agentrl.train.token_log import read_token_stats
 
     stats = read_token_stats(out / "tokens" / "step_00001.npz")
     expander = Expander(AutoTokenizer.from_pretrained(out / "tokenizer"), max_len=2048)

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from agentrl.algos import kl_penalty, logprobs_from_logits, masked_mean, policy_loss
+from agentrl.learn.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.tokens import Expander, collate
 from agentrl.train.config import AlgorithmConfig
-from agentrl.train.models import ValueModel, build_tiny_model, frozen_copy
 from agentrl.train.update import (
     compute_advantages,
     forward_logprobs,
@@ -210,14 +210,14 @@ def test_packed_forward_equals_padded_forward(tok, critic):
             assert torch.allclose(ea * attn, eb, atol=1e-5)
     assert torch.allclose(a * attn, b, atol=1e-5)
     # The six rows fit in fewer lines than rows: packing actually packed something.
-    from agentrl.train.forward import _Packing
+    from agentrl.learn.forward import _Packing
 
     assert _Packing(batch, actor).inputs["input_ids"].shape[0] < B
 
 
 @pytest.mark.parametrize("pack", [False, True])
 def test_chunked_forward_equals_one_forward(tok, pack):
-    from agentrl.train.forward import chunked_forward
+    from agentrl.learn.forward import chunked_forward
 
     batch = _batch(tok, _trajectories(tok, n=5, seed=7))
     actor, _ = _models(tok)

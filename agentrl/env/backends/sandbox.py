@@ -17,9 +17,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from agentrl.env.backends.base import Hit, Page, ToolFailure
-from agentrl.env.suite import cache_dir, parse_date, read_corpus
+from agentrl.env.cache_dir import cache_dir
+from agentrl.env.suite import parse_date, read_corpus
 
-__all__ = ["SandboxBackend", "normalize_url"]
+__all__ = ["SandboxBackend", "corpus_kinds", "normalize_url"]
 
 _INDEX_VERSION = "1"
 
@@ -184,3 +185,8 @@ def sandbox_backend(corpus_path: Path) -> SandboxBackend:
         if key not in _BACKENDS:
             _BACKENDS[key] = SandboxBackend(key)
         return _BACKENDS[key]
+
+
+def corpus_kinds(corpus_path: Path) -> dict[str, str]:
+    """Normalised URL (``normalize_url``) → the ``kind`` of every page of a corpus."""
+    return {normalize_url(d.url): d.kind for d in read_corpus(corpus_path)}

@@ -13,6 +13,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from agentrl.env.cache_dir import cache_dir
+
 __all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "build", "materialize"]
 
 #: Bump when the generator's output changes, so cached builds are not reused.
@@ -85,8 +87,6 @@ def build(
 
 def materialize(seed: int = 0, companies: int = 50) -> Path:
     """The directory of the sandbox for ``(seed, companies)``, built into the cache on first use."""
-    from agentrl.env.suite import cache_dir
-
     out = cache_dir() / "sandbox" / f"v{GENERATOR_VERSION}-seed{seed}-c{companies}"
     if not (out / "tasks.jsonl").exists():
         build(out, seed=seed, companies=companies)

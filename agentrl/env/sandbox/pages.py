@@ -9,8 +9,11 @@ from typing import Any
 
 from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
-__all__ = ["ORDINAL", "render_company", "source_ids"]
+__all__ = ["OFFICIAL_KINDS", "ORDINAL", "render_company", "source_ids"]
 
+#: Page kinds the company itself publishes (its results release, its filing, its annual report);
+#: the other kinds are ``news``, analyst ``preview`` s and ``gossip``.
+OFFICIAL_KINDS = frozenset({"official", "filing", "annual"})
 ORDINAL = {1: "First", 2: "Second", 3: "Third", 4: "Fourth"}
 _NEWS = ["finwire-news.example", "marketledger.example", "dailyticker.example"]
 _PREVIEW = ["streetview-analysts.example", "consensus-desk.example"]

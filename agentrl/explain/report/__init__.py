@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agentrl.explain.report.page import render_report
 from agentrl.explain.report.run import RunData, load_run, parse_steps, sample_trajectories
+from agentrl.rundir import RunDir
 
 __all__ = ["RunData", "load_run", "parse_steps", "render_report", "sample_trajectories", "write_report"]
 
@@ -29,7 +30,7 @@ def write_report(
     ``parse_steps``); ``tokenizer`` overrides ``RUN_DIR/tokenizer`` for the token view."""
     run = load_run(run_dir)
     html = render_report(run, steps=steps, max_trajectories=max_trajectories, tokenizer=tokenizer)
-    path = Path(out) if out is not None else run.path / "report.html"
+    path = Path(out) if out is not None else RunDir(run.path).report_file
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(html, encoding="utf-8")

@@ -2,14 +2,14 @@
 from the stored trajectories (criterion pass rates, judge calls and cost, tool calls) and a
 sample of trajectories to show.
 
-A run directory is what ``agentrl train`` writes: ``metrics.jsonl``, ``sft.jsonl``,
-``summary.json``, ``trajectories/step_NNNNN.jsonl``, ``tokens/step_NNNNN.npz`` and ``tokenizer/``.
-Only ``metrics.jsonl`` or ``trajectories/`` is required; everything else is shown when present.
+A run directory is what ``agentrl train`` writes (its layout: ``agentrl.rundir``): ``metrics.jsonl``,
+``sft.jsonl``, ``summary.json``, ``trajectories/step_NNNNN.jsonl``, ``tokens/step_NNNNN.npz`` and
+``tokenizer/``. Only ``metrics.jsonl`` or ``trajectories/`` is required; everything else is shown
+when present.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
+from agentrl.rundir import METRICS, TRAJECTORIES, RunDir
 from agentrl.trajectory import Trajectory, read_trajectories
 
 __all__ = ["RunData", "StepStats", "load_run", "parse_steps", "rubric_texts", "sample_trajectories"]
@@ -105,47 +106,16 @@ class RunData:
         return sorted({int(r["step"]) for r in self.metrics if "step" in r} | set(self.trajectory_files))
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    rows = []
-    lines = path.read_text().splitlines()
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            if lineno == len(lines):  # a torn last line of a live run
-                break
-            raise ConfigError(f"{path}:{lineno}: not a JSON line: {e}") from None
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
-def _step_files(folder: Path, suffix: str) -> dict[int, Path]:
-    if not folder.is_dir():
-        return {}
-    pattern = re.compile(rf"step_(\d+)\.{suffix}$")
-    return {int(m.group(1)): p for p in folder.iterdir() if (m := pattern.match(p.name))}
-
-
 def load_run(run_dir: Path | str) -> RunData:
     """Read ``run_dir`` and count, step by step, what its trajectories say. Raises ``ConfigError``
     when it is not a run directory (neither ``metrics.jsonl`` nor ``trajectories/``)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise ConfigError(f"{path}: no such run directory")
-    traj_files = _step_files(path / "trajectories", "jsonl")
-    if not (path / "metrics.jsonl").exists() and not traj_files:
-        raise ConfigError(f"{path}: not a training run (no metrics.jsonl and no trajectories/step_*.jsonl)")
-    summary: dict[str, Any] = {}
-    if (path / "summary.json").exists():
-        try:
-            summary = json.loads((path / "summary.json").read_text())
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path / 'summary.json'}: not valid JSON: {e}") from None
+    run = RunDir(path)
+    traj_files = run.trajectory_files()
+    if not run.is_run():
+        raise ConfigError(f"{path}: not a training run (no {METRICS} and no {TRAJECTORIES}/step_*.jsonl)")
     stats: dict[int, StepStats] = {}
     criteria: dict[str, tuple[str, list[str]]] = {}
     for step in sorted(traj_files):
@@ -155,13 +125,13 @@ def load_run(run_dir: Path | str) -> RunData:
             _collect_criteria(t, criteria)
     return RunData(
         path=path,
-        metrics=_read_jsonl(path / "metrics.jsonl"),
-        sft=_read_jsonl(path / "sft.jsonl"),
-        summary=summary if isinstance(summary, dict) else {},
+        metrics=run.metrics(),
+        sft=run.sft(),
+        summary=run.summary(),
         stats=stats,
         criteria=criteria,
         trajectory_files=traj_files,
-        token_files=_step_files(path / "tokens", "npz"),
+        token_files=run.token_files(),
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from agentrl.errors import AgentRLError
+from agentrl.rundir import RunDir, read_token_stats
 from agentrl.trajectory import Trajectory
 
 __all__ = ["TokenRow", "TokenSource", "decode_tokens", "token_row"]
@@ -77,7 +78,7 @@ class TokenSource:
     def __init__(self, run_dir: Path, token_files: dict[int, Path], tokenizer: str | None = None) -> None:
         self.run_dir = run_dir
         self.token_files = token_files
-        self.tokenizer_path = Path(tokenizer) if tokenizer else run_dir / "tokenizer"
+        self.tokenizer_path = Path(tokenizer) if tokenizer else RunDir(run_dir).tokenizer_dir
         self._expander: Any = None
         self.problem: str | None = None  # why no row can be built at all
         self._stats: dict[int, dict[str, dict[str, np.ndarray]]] = {}
@@ -101,8 +102,6 @@ class TokenSource:
         if step not in self.token_files:
             return None
         if step not in self._stats:
-            from agentrl.train.token_log import read_token_stats
-
             self._stats[step] = read_token_stats(self.token_files[step])
         return self._stats[step]
 

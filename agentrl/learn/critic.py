@@ -1,4 +1,5 @@
-"""A critic rebuilt from a trainer checkpoint, to give stored trajectories their values V(s_t)."""
+"""A critic rebuilt from a trainer checkpoint, to give stored trajectories their values V(s_t)
+(``agentrl replay`` / ``agentrl explain --critic``)."""
 
 from __future__ import annotations
 
@@ -6,22 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
+from agentrl.rundir import SHARDED, checkpoint_state_file
 
 __all__ = ["load_critic"]
-
-
-def _state_file(path: Path) -> Path:
-    """``state.pt`` itself, a ``step_NNNNN`` checkpoint dir, a ``checkpoints/`` dir or a run dir
-    (their latest checkpoint)."""
-    if path.is_file():
-        return path
-    if (path / "state.pt").is_file():
-        return path / "state.pt"
-    for d in (path, path / "checkpoints"):
-        found = sorted(p for p in d.glob("step_*") if (p / "state.pt").is_file())
-        if found:
-            return found[-1] / "state.pt"
-    raise ConfigError(f"--critic {path}: no checkpoint (state.pt) there")
 
 
 def _gather_shards(directory: Path) -> dict[str, Any]:
@@ -40,7 +28,7 @@ def _gather_shards(directory: Path) -> dict[str, Any]:
 
 
 def load_critic(path: str | Path) -> Any:
-    """The ``ValueModel`` of a PPO checkpoint (``agentrl.train.checkpoint``), in eval mode on the CPU.
+    """The ``ValueModel`` of a PPO checkpoint (written by ``agentrl train``), in eval mode on the CPU.
 
     The architecture is rebuilt from the checkpoint's ``config.model`` (a ``tiny:`` spec, or a local
     model directory read with ``local_files_only``) and the vocabulary size from its weights; then
@@ -49,15 +37,17 @@ def load_critic(path: str | Path) -> Any:
     """
     import torch
 
-    from agentrl.train.models import ValueModel, build_tiny_model
+    from agentrl.learn.models import ValueModel, build_tiny_model
 
-    file = _state_file(Path(path))
+    file = checkpoint_state_file(path)
+    if file is None:
+        raise ConfigError(f"--critic {path}: no checkpoint (state.pt) there")
     try:
         state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
     except Exception as e:  # a truncated or foreign file
         raise ConfigError(f"--critic {file}: not a checkpoint: {e}") from None
     if isinstance(state, dict) and state.get("sharded"):
-        state = {**state, **_gather_shards(file.parent / "sharded")}
+        state = {**state, **_gather_shards(file.parent / SHARDED)}
     if not isinstance(state, dict) or "critic" not in state:
         raise ConfigError(f"--critic {file}: the checkpoint has no critic (was the run PPO?)")
     sd: dict[str, torch.Tensor] = state["critic"]

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from agentrl.algos import entropy_from_logits
+from agentrl.learn.models import autocast
 from agentrl.tokens import token_logprobs
-from agentrl.train.models import autocast
 
 __all__ = ["chunked_forward", "forward_logprobs", "forward_values", "micro_batches"]
 

@@ -1,0 +1,105 @@
+"""The advantages of one update: the reward per token (the judge's score, less β·KL when asked),
+then the algorithm's estimator. The trainer and ``agentrl replay`` call this same function."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from agentrl.algos import (
+    LOCAL,
+    AdaptiveKLController,
+    FixedKLController,
+    Reduce,
+    apply_kl_penalty,
+    gae,
+    grpo_advantages,
+    masked_mean,
+    masked_sum,
+    masked_whiten,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
+from agentrl.learn.algorithm import AlgorithmConfig
+
+__all__ = ["compute_advantages"]
+
+Batch = dict[str, torch.Tensor]
+
+
+def _trajectory_scores(batch: Batch, rewards: torch.Tensor) -> torch.Tensor:
+    return masked_sum(rewards, batch["loss_mask"], dim=-1)
+
+
+def compute_advantages(
+    batch: Batch,
+    cfg: AlgorithmConfig,
+    group_ids: Sequence[Hashable] | torch.Tensor,
+    kl_controller: FixedKLController | AdaptiveKLController | None = None,
+    *,
+    reduce: Reduce = LOCAL,
+) -> dict[str, float]:
+    """Fill ``token_level_rewards``, ``advantages`` and ``returns`` into ``batch``; returns metrics.
+
+    KL in the reward (``cfg.kl_in_reward``) needs ``old_logprobs`` and ``ref_logprobs``; PPO needs
+    ``values``. GRPO / RLOO use each trajectory's summed reward, compared within ``group_ids``.
+    Batch statistics (whitening, group baselines, the batch KL, the metrics) are taken over every
+    rank's rows through ``reduce`` (default: ``LOCAL``, this process only; the trainer passes its ranks' all-reduce).
+    """
+    mask = batch["loss_mask"]
+    scores = batch["token_level_scores"].float()
+    metrics: dict[str, float] = {}
+    if cfg.kl_in_reward:
+        if kl_controller is None:
+            raise ValueError("kl_in_reward needs a KL controller")
+        rewards, kl_metrics = apply_kl_penalty(
+            scores, batch["old_logprobs"], batch["ref_logprobs"], mask, kl_controller, cfg.kl_kind,
+            reduce=reduce,
+        )  # fmt: skip
+        metrics.update(kl_metrics)
+    else:
+        rewards = scores
+    batch["token_level_rewards"] = rewards
+    if cfg.name == "ppo":
+        adv, ret = gae(rewards, batch["values"], mask, cfg.gamma, cfg.lam)
+        batch["returns"] = ret
+        if cfg.whiten_advantages:
+            batch["raw_advantages"] = adv
+            adv = masked_whiten(adv, mask, reduce=reduce) * mask
+    elif cfg.name == "grpo":
+        adv = grpo_advantages(
+            _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std,
+            reduce=reduce,
+        )  # fmt: skip
+    elif cfg.name == "rloo":
+        adv = rloo_advantages(_trajectory_scores(batch, rewards), group_ids, mask, reduce=reduce)
+    else:
+        adv = reinforce_pp_advantages(rewards, mask, cfg.gamma, reduce=reduce)
+    batch["advantages"] = adv
+    if "returns" not in batch:
+        batch["returns"] = adv.clone()
+    metrics.update(_advantage_metrics(adv, mask, _trajectory_scores(batch, rewards), reduce))
+    return metrics
+
+
+def _advantage_metrics(
+    adv: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor, reduce: Reduce
+) -> dict[str, float]:
+    """The advantages' mean, max and min over policy tokens and the mean trajectory reward, over
+    every rank's rows."""
+    on = mask.bool()
+    inf = torch.tensor(torch.inf, dtype=torch.float64, device=adv.device)
+    local_max = adv[on].double().max() if on.any() else -inf
+    local_min = adv[on].double().min() if on.any() else inf
+    hi, neg_lo = reduce.max(torch.stack([local_max, -local_min])).tolist()
+    total, count = reduce.sum(
+        torch.tensor([float(scores.double().sum()), float(scores.numel())], dtype=torch.float64)
+    ).tolist()
+    any_tokens = hi > -torch.inf
+    return {
+        "critic/advantages/mean": masked_mean(adv, mask, reduce=reduce).item(),
+        "critic/advantages/max": hi if any_tokens else 0.0,
+        "critic/advantages/min": -neg_lo if any_tokens else 0.0,
+        "critic/rewards/mean": total / max(count, 1.0),
+    }

@@ -1,0 +1,56 @@
+"""From scored trajectories to the tensors of one update: the expander's rows, whose rewards the
+expander placed (the trajectory reward on the last policy token, turn rewards on each turn's last
+policy token). Trajectories the judge failed on, and rows with no policy token, are dropped and
+counted, never scored 0. The trainer and ``agentrl replay`` build their batches here; the reward and
+its normalised value are the judge's (``agentrl.judge.normalized_reward``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from agentrl.judge import normalized_reward
+from agentrl.tokens import Expander, collate
+from agentrl.trajectory import Trajectory
+
+__all__ = ["build_batch", "normalized_reward", "training_reward"]
+
+
+def training_reward(traj: Trajectory, normalize: bool) -> float:
+    """The trajectory reward a trainer trains on: the judge's normalised score when ``normalize``,
+    else the rubric total. The one place that chooses; the expander places the value it returns."""
+    r = traj.reward
+    assert r is not None and r.total is not None
+    return normalized_reward(traj) if normalize else float(r.total)
+
+
+def build_batch(
+    trajs: list[Trajectory], expander: Expander, *, normalize: bool, pad_id: int, device: torch.device
+) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
+    """The trainable trajectories, their collated rows (plus ``known_logprobs``, 1 where the sampler's
+    log-prob is known) and drop counts. The scores are the expander's, untouched: the reward
+    (``training_reward``: normalised when ``normalize``) on the last policy token, plus the
+    trajectory's ``info["turn_rewards"]`` on each turn's last policy token."""
+    keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
+    for t in trajs:
+        if t.reward is None or t.reward.status != "ok" or t.reward.total is None:
+            dropped_judge += 1
+            continue
+        row = expander.expand(t, reward=training_reward(t, normalize))
+        if not row.loss_mask.any():
+            dropped_empty += 1
+            continue
+        keep.append(t)
+        rows.append(row)
+    stats = {
+        "train/dropped_judge_error": float(dropped_judge),
+        "train/dropped_untrainable": float(dropped_empty),
+    }
+    if not rows:
+        return keep, {}, stats
+    batch = {k: v.to(device) for k, v in collate(rows, pad_token_id=pad_id).items()}
+    known = np.zeros(tuple(batch["input_ids"].shape), dtype=np.int64)
+    for i, r in enumerate(rows):
+        known[i, : len(r)] = r.known_logprob_mask()
+    batch["known_logprobs"] = torch.from_numpy(known).to(device)
+    return keep, batch, stats

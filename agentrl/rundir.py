@@ -1,0 +1,345 @@
+"""The layout of a training run's directory, and its readers and writers: the one place that names
+its files. ``agentrl train`` writes through it; replay, explain and ``agentrl report`` read through it.
+
+::
+
+    RUN_DIR/
+      config.json                  the resolved TrainConfig (``config.yaml`` is read too, if hand-made)
+      metrics.jsonl                one JSON object per RL step (verl's metric names)
+      sft.jsonl                    warm-start losses, one line per supervised step
+      summary.json                 first/last-window means, written when the run ends
+      reward_curve.png             the reward per step
+      report.html                  ``agentrl report``'s default output
+      tokenizer/                   the tokenizer the run trained with (save_pretrained)
+      tensorboard/                 optional TensorBoard events
+      trajectories/step_NNNNN.jsonl  every trajectory of step N
+      tokens/step_NNNNN.npz        the per-token numbers of step N's update (``write_token_stats``)
+      checkpoints/step_NNNNN/      state.pt (complete exactly when present), meta.json, sharded/ (FSDP)
+
+Only the standard library and numpy are imported at module level; torch and yaml only by the
+functions that need them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentrl.errors import ConfigError
+
+__all__ = [
+    "CHECKPOINTS",
+    "CONFIG",
+    "CONFIG_YAML",
+    "METRICS",
+    "REPORT",
+    "REWARD_CURVE",
+    "SFT",
+    "STATE",
+    "SUMMARY",
+    "TOKENIZER",
+    "TOKENS",
+    "TRAJECTORIES",
+    "RunDir",
+    "checkpoint_state_file",
+    "read_jsonl",
+    "read_token_stats",
+    "step_name",
+    "step_number",
+    "write_json",
+    "write_token_stats",
+]
+
+CONFIG = "config.json"
+CONFIG_YAML = "config.yaml"
+METRICS = "metrics.jsonl"
+SFT = "sft.jsonl"
+SUMMARY = "summary.json"
+REWARD_CURVE = "reward_curve.png"
+REPORT = "report.html"
+TOKENIZER = "tokenizer"
+TENSORBOARD = "tensorboard"
+TRAJECTORIES = "trajectories"
+TOKENS = "tokens"
+CHECKPOINTS = "checkpoints"
+#: Inside one checkpoint directory ``checkpoints/step_NNNNN/``.
+STATE = "state.pt"
+META = "meta.json"
+SHARDED = "sharded"
+
+_STEP = re.compile(r"step_(\d+)$")
+
+
+def step_name(step: int) -> str:
+    """``step_NNNNN``: the stem of step ``step``'s files and of its checkpoint directory."""
+    return f"step_{step:05d}"
+
+
+def step_number(path: str | Path) -> int | None:
+    """The step of a ``step_NNNNN[.ext]`` file or directory name, or None for any other name."""
+    m = _STEP.match(Path(path).name.split(".", 1)[0])
+    return int(m.group(1)) if m else None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file (``[]`` when it does not exist). A torn last line (a live or
+    killed run) is skipped; a bad line elsewhere is a ``ConfigError`` naming ``path:line``."""
+    if not path.exists():
+        return []
+    rows = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == len(lines):
+                break
+            raise ConfigError(f"{path}:{lineno}: not a JSON line: {e}") from None
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary file beside it, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """``data`` as indented JSON (with a final newline), written atomically."""
+    _replace(path, (json.dumps(data, indent=2) + "\n").encode())
+    return path
+
+
+def checkpoint_state_file(path: str | Path) -> Path | None:
+    """The ``state.pt`` that ``path`` names: the file itself, a ``step_NNNNN`` checkpoint directory,
+    a ``checkpoints/`` directory or a run directory (then its latest complete checkpoint); None
+    when there is none."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if (path / STATE).is_file():
+        return path / STATE
+    for d in (path, path / CHECKPOINTS):
+        latest = RunDir.latest_in(d)
+        if latest is not None:
+            return latest / STATE
+    return None
+
+
+class RunDir:
+    """One run directory: the paths of its files, and readers (cached per instance) and writers.
+
+    ``RunDir(path)`` makes no check (the trainer creates the directory); ``RunDir.open(path)``
+    raises ``ConfigError`` when ``path`` is not a directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._config: dict[str, Any] | None = None
+        self._stats: dict[int, dict[str, dict[str, np.ndarray]] | None] = {}
+
+    @classmethod
+    def open(cls, path: str | Path, what: str = "--run") -> RunDir:
+        if not Path(path).is_dir():
+            raise ConfigError(f"{what} {path}: no such run directory")
+        return cls(path)
+
+    # ---- paths -------------------------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def sft_file(self) -> Path:
+        return self.path / SFT
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def reward_curve_file(self) -> Path:
+        return self.path / REWARD_CURVE
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / REPORT
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.path / TOKENIZER
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / TENSORBOARD
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    def trajectory_file(self, step: int) -> Path:
+        return self.path / TRAJECTORIES / f"{step_name(step)}.jsonl"
+
+    def token_file(self, step: int) -> Path:
+        return self.path / TOKENS / f"{step_name(step)}.npz"
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return self.checkpoints_dir / step_name(step)
+
+    def _step_files(self, folder: str, suffix: str) -> dict[int, Path]:
+        d = self.path / folder
+        if not d.is_dir():
+            return {}
+        pattern = re.compile(rf"step_(\d+){re.escape(suffix)}$")
+        return {int(m.group(1)): p for p in d.iterdir() if (m := pattern.match(p.name))}
+
+    def trajectory_files(self) -> dict[int, Path]:
+        """Step → ``trajectories/step_NNNNN.jsonl``, for every step that stored its trajectories."""
+        return self._step_files(TRAJECTORIES, ".jsonl")
+
+    def token_files(self) -> dict[int, Path]:
+        """Step → ``tokens/step_NNNNN.npz``, for every step that kept its per-token numbers."""
+        return self._step_files(TOKENS, ".npz")
+
+    @staticmethod
+    def latest_in(directory: Path) -> Path | None:
+        """The complete checkpoint (one with ``state.pt``) of the highest step under ``directory``."""
+        if not directory.is_dir():
+            return None
+        found = [
+            (s, p) for p in directory.iterdir() if (s := step_number(p)) is not None and (p / STATE).is_file()
+        ]
+        return max(found)[1] if found else None
+
+    def latest_checkpoint(self) -> Path | None:
+        """The run's latest complete checkpoint directory, or None."""
+        return self.latest_in(self.checkpoints_dir)
+
+    # ---- readers -----------------------------------------------------------------------------------
+    def is_run(self) -> bool:
+        """Whether the directory holds a run's metrics or trajectories."""
+        return self.metrics_file.exists() or bool(self.trajectory_files())
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The rows of ``metrics.jsonl`` (a torn last line skipped)."""
+        return read_jsonl(self.metrics_file)
+
+    def sft(self) -> list[dict[str, Any]]:
+        """The rows of ``sft.jsonl``."""
+        return read_jsonl(self.sft_file)
+
+    def summary(self) -> dict[str, Any]:
+        """``summary.json`` (``{}`` when absent); ``ConfigError`` when it is not a JSON object."""
+        if not self.summary_file.exists():
+            return {}
+        try:
+            data = json.loads(self.summary_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{self.summary_file}: not valid JSON: {e}") from None
+        return data if isinstance(data, dict) else {}
+
+    def config(self) -> dict[str, Any]:
+        """The run's training config as a plain dict (``{}`` when none is stored): ``config.json`` or
+        ``config.yaml`` if the run has one, else the ``config`` of its latest checkpoint."""
+        if self._config is not None:
+            return self._config
+        cfg: dict[str, Any] = {}
+        if self.config_file.is_file():
+            cfg = json.loads(self.config_file.read_text(encoding="utf-8"))
+        elif (self.path / CONFIG_YAML).is_file():
+            import yaml
+
+            cfg = yaml.safe_load((self.path / CONFIG_YAML).read_text(encoding="utf-8")) or {}
+        elif (latest := self.latest_checkpoint()) is not None:
+            import torch
+
+            # mmap: the weights are not read, only the small config entry is touched.
+            state = torch.load(latest / STATE, map_location="cpu", weights_only=False, mmap=True)
+            cfg = dict(state.get("config") or {})
+        self._config = cfg
+        return cfg
+
+    def token_stats(self, step: int) -> dict[str, dict[str, np.ndarray]] | None:
+        """The per-token numbers of step ``step``'s update, keyed by trajectory id (None when the run
+        kept none for that step)."""
+        if step not in self._stats:
+            path = self.token_file(step)
+            self._stats[step] = read_token_stats(path) if path.is_file() else None
+        return self._stats[step]
+
+    # ---- writers -----------------------------------------------------------------------------------
+    def write_config(self, config: dict[str, Any]) -> Path:
+        return write_json(self.config_file, config)
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        return write_json(self.summary_file, summary)
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        """Append one step's metrics to ``metrics.jsonl`` (flushed when this returns)."""
+        with open(self.metrics_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def rewrite_metrics(self, rows: list[dict[str, Any]]) -> None:
+        """Replace ``metrics.jsonl`` with ``rows`` (a resumed run forgets the steps it recomputes)."""
+        _replace(self.metrics_file, "".join(json.dumps(r) + "\n" for r in rows).encode())
+
+    def append_sft(self, row: dict[str, Any]) -> None:
+        with open(self.sft_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def write_token_stats(self, step: int, stats: dict[str, dict[str, np.ndarray]]) -> Path:
+        return write_token_stats(self.token_file(step), stats)
+
+
+def write_token_stats(path: Path | str, stats: dict[str, dict[str, np.ndarray]]) -> Path:
+    """Write per-token numbers atomically to one ``.npz``: per trajectory id, ``positions`` (int64
+    [n], its policy tokens' indices in the expander's row) and float32 [n] arrays (log-probs,
+    values, scores, rewards, advantages, returns). The rows are concatenated, with an ``offsets``
+    array and the ids as JSON; a field absent from some row reads back as NaN there."""
+    path = Path(path)
+    ids = list(stats)
+    fields = sorted({f for e in stats.values() for f in e if f != "positions"})
+    lengths = [len(stats[t]["positions"]) for t in ids]
+    arrays: dict[str, np.ndarray] = {
+        "ids": np.frombuffer(json.dumps(ids).encode(), dtype=np.uint8),
+        "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        "positions": np.concatenate([stats[t]["positions"] for t in ids] or [np.zeros(0, np.int64)]),
+    }
+    for f in fields:
+        arrays[f] = np.concatenate(
+            [stats[t].get(f, np.full(n, np.nan, np.float32)) for t, n in zip(ids, lengths, strict=True)]
+            or [np.zeros(0, np.float32)]
+        ).astype(np.float32)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    _replace(path, buf.getvalue())
+    return path
+
+
+def read_token_stats(path: Path | str) -> dict[str, dict[str, np.ndarray]]:
+    """The inverse of ``write_token_stats``: per trajectory id, ``positions`` (int64 [n]) and the
+    stored float32 [n] arrays."""
+    with np.load(Path(path)) as z:
+        ids = json.loads(z["ids"].tobytes().decode())
+        offsets = z["offsets"]
+        data = {k: z[k] for k in z.files if k not in ("ids", "offsets")}
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for i, tid in enumerate(ids):
+        a, b = int(offsets[i]), int(offsets[i + 1])
+        out[tid] = {k: v[a:b] for k, v in data.items()}
+    return out
