@@ -204,13 +204,13 @@ def test_value_loss_hand_computed():
         torch.tensor([[1.0]]), torch.tensor([[2.0]]), torch.tensor([[0.0]]), torch.ones(1, 1), clip=None
     )
     assert loss3.item() == pytest.approx(0.5)
-    # One token of two clipped: token 0's clipped prediction 0.5 is further from 2 than 1 is
-    # ((0.5−2)² = 2.25 > 1), token 1's is nearer ((0.5−0)² = 0.25 < 1).
+    # Two tokens of three clipped: for tokens 0 and 1 the clipped prediction 0.5 is further from 2
+    # than 1 is ((0.5−2)² = 2.25 > 1); for token 2 it is nearer to 0 ((0.5−0)² = 0.25 < 1).
     loss4, clipfrac4 = value_loss(
-        torch.tensor([[1.0, 1.0]]), torch.tensor([[2.0, 0.0]]), torch.zeros(1, 2), torch.ones(1, 2)
+        torch.ones(1, 3), torch.tensor([[2.0, 2.0, 0.0]]), torch.zeros(1, 3), torch.ones(1, 3)
     )
-    assert clipfrac4.item() == pytest.approx(0.5)
-    assert loss4.item() == pytest.approx(0.5 * (2.25 + 1.0) / 2)
+    assert clipfrac4.item() == pytest.approx(2 / 3)
+    assert loss4.item() == pytest.approx(0.5 * (2.25 + 2.25 + 1.0) / 3)
 
 
 def test_entropy_matches_torch_distributions():

@@ -99,7 +99,7 @@ def test_resume_continues_exactly(tmp_path):
         ours = getattr(resumed, name).state_dict()
         for k, v in getattr(straight, name).state_dict().items():
             assert torch.equal(v, ours[k]), (name, k)
-    # Step 2 moved the policy and the critic: equal weights are not equal because nothing changed.
+    # Step 2 moved the policy and the critic: the runs agree on an update that changed something.
     at_1 = torch.load(run_a / "checkpoints" / "step_00001" / "state.pt", weights_only=False)
     assert _differs(at_1["model"], straight.model.state_dict())
     assert _differs(at_1["critic"], straight.critic.state_dict())
@@ -117,8 +117,8 @@ def test_resume_continues_exactly(tmp_path):
 def _one_step(tmp_path, lr: float):
     """One PPO step with actor and critic learning rate ``lr``, from fresh (unwarmed) models;
     returns its metrics and whether the policy and the critic changed."""
-    t = Trainer(_cfg(tmp_path, **{"algorithm.name": "ppo", "optim.lr": lr, "optim.critic_lr": lr,
-                                  "sft_steps": 0, "steps": 1}), progress=False)  # fmt: skip
+    over = {"algorithm.name": "ppo", "optim.lr": lr, "optim.critic_lr": lr, "sft_steps": 0, "steps": 1}
+    t = Trainer(_cfg(tmp_path, **over), progress=False)
     t.setup()
     model = {k: v.clone() for k, v in t.model.state_dict().items()}
     critic = {k: v.clone() for k, v in t.critic.state_dict().items()}
@@ -150,8 +150,8 @@ def test_ppo_critic_moves_its_values_toward_the_returns(tmp_path):
     from agentrl.train.scoring import build_batch
     from agentrl.train.token_log import read_token_stats
 
-    t = Trainer(_cfg(tmp_path, **{"algorithm.name": "ppo", "optim.critic_lr": 1e-2, "sft_steps": 0,
-                                  "steps": 1}), progress=False)  # fmt: skip
+    over = {"algorithm.name": "ppo", "optim.critic_lr": 1e-2, "sft_steps": 0, "steps": 1}
+    t = Trainer(_cfg(tmp_path, **over), progress=False)
     t.setup()
     before = {k: v.clone() for k, v in t.critic.state_dict().items()}
     m = t.train_step()
