@@ -64,20 +64,26 @@ def test_unknown_agg_mode():
 
 
 def _policy_loss_python(old, new, adv, mask, lo, hi, c):
+    """The loss and its three metrics, one token at a time: (loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)."""
     import math
 
-    out = []
+    out, clipped, kls, lower = [], [], [], []
     for o, n, a, m in zip(old, new, adv, mask, strict=True):
         if not m:
             continue
-        ratio = math.exp(max(min(n - o, 20), -20))
+        log_ratio = max(min(n - o, 20), -20)
+        ratio = math.exp(log_ratio)
         l1 = -a * ratio
         l2 = -a * min(max(ratio, 1 - lo), 1 + hi)
         l = max(l1, l2)
+        clipped.append(l2 > l1)
+        kls.append(-log_ratio)
+        lower.append(c is not None and a < 0 and l > -a * c)
         if a < 0 and c is not None:
             l = min(l, -a * c)
         out.append(l)
-    return sum(out) / (len(out) + 1e-8)
+    n_tok = len(out) + 1e-8
+    return sum(out) / n_tok, sum(clipped) / n_tok, sum(kls) / n_tok, sum(lower) / n_tok
 
 
 @settings(max_examples=150, deadline=None)
@@ -101,9 +107,12 @@ def test_policy_loss_matches_python(rows, clips):
         clip_high=hi,
         clip_c=c,
     )
-    assert loss.item() == pytest.approx(_policy_loss_python(old, new, adv, mask, lo, hi, c), abs=1e-9)
-    for k in ("pg_clipfrac", "ppo_kl", "pg_clipfrac_lower"):
-        assert 0 <= metrics["pg_clipfrac"].item() <= 1
+    want_loss, clipfrac, ppo_kl, clipfrac_lower = _policy_loss_python(old, new, adv, mask, lo, hi, c)
+    assert loss.item() == pytest.approx(want_loss, abs=1e-9)
+    want = {"pg_clipfrac": clipfrac, "ppo_kl": ppo_kl, "pg_clipfrac_lower": clipfrac_lower}
+    assert set(metrics) == set(want)
+    for k, value in want.items():
+        assert metrics[k].item() == pytest.approx(value, abs=1e-9), k
         assert not metrics[k].requires_grad
 
 
@@ -118,6 +127,16 @@ def test_policy_loss_clip_metrics_hand_computed():
     assert m["pg_clipfrac"].item() == pytest.approx(2 / 4)
     assert m["pg_clipfrac_lower"].item() == pytest.approx(1 / 4)
     assert m["ppo_kl"].item() == pytest.approx(-new.mean().item(), abs=1e-6)
+    # Without the dual clip token 3 keeps its 5 and nothing counts as clipped below.
+    loss, m = policy_loss(old, new, adv, torch.ones(1, 4), clip_low=0.2, clip_high=0.2, clip_c=None)
+    assert loss.item() == pytest.approx((-1.2 - 1.0 + 0.8 + 5.0) / 4, abs=1e-6)
+    assert m["pg_clipfrac"].item() == pytest.approx(2 / 4)
+    assert m["pg_clipfrac_lower"].item() == 0.0
+    # A masked token counts in no metric: only tokens 0 and 3 are left.
+    _, m = policy_loss(old, new, adv, torch.tensor([[1, 0, 0, 1]]), clip_low=0.2, clip_high=0.2, clip_c=3.0)
+    assert m["pg_clipfrac"].item() == pytest.approx(1 / 2)
+    assert m["pg_clipfrac_lower"].item() == pytest.approx(1 / 2)
+    assert m["ppo_kl"].item() == pytest.approx(-(new[0, 0] + new[0, 3]).item() / 2, abs=1e-6)
 
 
 def test_masked_tokens_get_no_policy_gradient():
@@ -147,6 +166,8 @@ def test_gspo_sequence_ratio_and_gradient():
     assert new.grad[0, 3].item() == 0.0
     assert new.grad[0, :3].tolist() == pytest.approx([-1 / 3] * 3, abs=1e-6)
     assert m["pg_clipfrac"].item() == 0.0
+    assert m["pg_clipfrac_lower"].item() == 0.0
+    assert m["ppo_kl"].item() == pytest.approx((-0.1 + 0.1 + 0.0) / 3, abs=1e-6)  # mean log π_old − log π
 
 
 def test_gspo_clips_whole_sequences():
@@ -154,7 +175,15 @@ def test_gspo_clips_whole_sequences():
     new = torch.tensor([[0.5, 0.5], [0.0, 0.0]])  # s = e^0.5 for row 0, 1 for row 1
     loss, m = policy_loss_gspo(old, new, torch.ones(2, 2), torch.ones(2, 2))
     assert m["pg_clipfrac"].item() == pytest.approx(0.5)
+    assert m["pg_clipfrac_lower"].item() == 0.0  # the advantages are positive
+    assert m["ppo_kl"].item() == pytest.approx(-1.0 / 4, abs=1e-6)
     assert loss.item() == pytest.approx((-(1 + 4e-4) - 1.0) / 2, abs=1e-6)
+    # Negative advantages: row 0's s = e^−0.5 is clipped up to 1 − 3e-4 (a lower clip).
+    loss, m = policy_loss_gspo(old, -new, -torch.ones(2, 2), torch.ones(2, 2))
+    assert m["pg_clipfrac"].item() == pytest.approx(0.5)
+    assert m["pg_clipfrac_lower"].item() == pytest.approx(0.5)
+    assert m["ppo_kl"].item() == pytest.approx(1.0 / 4, abs=1e-6)
+    assert loss.item() == pytest.approx(((1 - 3e-4) + 1.0) / 2, abs=1e-6)
 
 
 def test_value_loss_hand_computed():
@@ -175,6 +204,13 @@ def test_value_loss_hand_computed():
         torch.tensor([[1.0]]), torch.tensor([[2.0]]), torch.tensor([[0.0]]), torch.ones(1, 1), clip=None
     )
     assert loss3.item() == pytest.approx(0.5)
+    # Two tokens of three clipped: for tokens 0 and 1 the clipped prediction 0.5 is further from 2
+    # than 1 is ((0.5−2)² = 2.25 > 1); for token 2 it is nearer to 0 ((0.5−0)² = 0.25 < 1).
+    loss4, clipfrac4 = value_loss(
+        torch.ones(1, 3), torch.tensor([[2.0, 2.0, 0.0]]), torch.zeros(1, 3), torch.ones(1, 3)
+    )
+    assert clipfrac4.item() == pytest.approx(2 / 3)
+    assert loss4.item() == pytest.approx(0.5 * (2.25 + 2.25 + 1.0) / 3)
 
 
 def test_entropy_matches_torch_distributions():

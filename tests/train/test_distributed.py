@@ -1,5 +1,6 @@
 """Data parallelism on CPU: 2 gloo processes under torchrun (DDP, and FSDP2 with sharded checkpoints)
-take the same step as one process."""
+take the same step as one process. The runs score with ``learning_signal``'s rubric, so the step has
+non-zero advantages, losses and gradients to agree on."""
 
 import json
 import socket
@@ -11,7 +12,7 @@ import torch
 import yaml
 
 from agentrl.trajectory import read_trajectories
-from tests.train.test_trainer import TINY
+from tests.train.learning_signal import TINY, assert_learning_signal
 
 
 def _free_port() -> int:
@@ -26,10 +27,10 @@ def _run(cmd, cwd):
 
 
 def _config(tmp_path, algorithm: dict, **top) -> str:
-    """The tiny trainer config, one step over all 4 trajectories; entropy gives a gradient even
-    when every reward is 0."""
+    """The tiny trainer config, one step over all 4 trajectories; no entropy bonus, so the gradient
+    comes from the rewards alone."""
     cfg = json.loads(json.dumps(TINY))
-    cfg["algorithm"].update({"mini_batch_size": 4, "entropy_coef": 0.01, **algorithm})
+    cfg["algorithm"].update({"mini_batch_size": 4, **algorithm})
     cfg.update({"steps": 1, "sft_steps": 1, **top})
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -71,6 +72,37 @@ def _assert_close(a: dict, b: dict, what: str) -> None:
         assert torch.allclose(value, b[key], atol=1e-5, rtol=1e-4), (what, key)
 
 
+def _assert_stepped(optimizer_state: dict, what: str) -> None:
+    """The optimiser took a step on a non-zero gradient: Adam's first moments exist and are not all
+    0 (a step with a zero gradient is skipped and leaves no state)."""
+    moments = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "exp_avg" and isinstance(v, torch.Tensor):
+                    moments.append(v)
+                else:
+                    walk(v)
+
+    walk(optimizer_state)
+    assert moments and any(m.abs().max() > 0 for m in moments), what
+
+
+def _assert_signal(m: dict, algo: str, what: str) -> None:
+    """A non-zero policy gradient in a step's metrics (and, for PPO, a non-zero value loss and critic
+    gradient). Not pg_loss: on-policy over one mini-batch it is −mean(A), 0 up to rounding for
+    whitened (PPO) or group-centred advantages over equally long samples (GRPO)."""
+    assert m["actor/grad_norm"] > 1e-6, what
+    if algo == "ppo":
+        assert m["critic/vf_loss"] > 0 and m["critic/grad_norm"] > 0, what
+
+
+def _assert_critic_moved(critic: dict, what: str) -> None:
+    """The value head starts at exactly 0 (``ValueModel``): after an update on non-zero returns it is not."""
+    assert critic["head.weight"].abs().max() > 0 and critic["head.bias"].abs().max() > 0, what
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_two_processes_equal_one(tmp_path, algo):
@@ -78,14 +110,22 @@ def test_two_processes_equal_one(tmp_path, algo):
     _train(tmp_path, cfg, "one")
     _train(tmp_path, cfg, "two", "--set", "parallelism=ddp", ranks=2)
     _train(tmp_path, cfg, "fsdp", "--set", "parallelism=fsdp", ranks=2)
+    for run in ("one", "two", "fsdp"):
+        assert_learning_signal(tmp_path / run, 1)
     one, two = _state(tmp_path, "one"), _state(tmp_path, "two")
     for name in ("model", "critic") if algo == "ppo" else ("model",):
         _assert_close(one[name], two[name], f"ddp {name}")
-    assert one["optimizer"]["state"], "the step took no optimiser step"
+    _assert_stepped(one["optimizer"], "the step took no optimiser step")
+    if algo == "ppo":
+        _assert_stepped(one["critic_optimizer"], "the critic took no optimiser step")
+        _assert_critic_moved(one["critic"], "the critic did not move")
     m1, m2 = _metrics(tmp_path, "one"), _metrics(tmp_path, "two")
+    _assert_signal(m1, algo, "one process")
     assert m1["critic/score/mean"] == pytest.approx(m2["critic/score/mean"])
     # Loss metrics are reduced over ranks to the mini-batch's value, not averaged shares of it.
-    for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl"):
+    for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl") + (
+        ("critic/vf_loss", "critic/grad_norm") if algo == "ppo" else ()
+    ):
         assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-7), key
 
     # FSDP: each rank wrote its own shards; gathered, they are the single-process weights.
@@ -96,11 +136,14 @@ def test_two_processes_equal_one(tmp_path, algo):
     full = _gathered(tmp_path, "fsdp")
     for name in ("model", "critic") if algo == "ppo" else ("model",):
         _assert_close(one[name], full[name], f"fsdp {name}")
-    assert full["model_optimizer"]["state"], "the FSDP step took no optimiser step"
+    _assert_stepped(full["model_optimizer"], "the FSDP step took no optimiser step")
+    if algo == "ppo":
+        _assert_critic_moved(full["critic"], "the FSDP critic did not move")
     m3 = _metrics(tmp_path, "fsdp")
+    _assert_signal(m3, algo, "fsdp")
     assert m1["critic/score/mean"] == pytest.approx(m3["critic/score/mean"])
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy") + (
-        ("critic/vf_loss",) if algo == "ppo" else ()
+        ("critic/vf_loss", "critic/grad_norm") if algo == "ppo" else ()
     ):
         assert m1[key] == pytest.approx(m3[key], rel=1e-4, abs=1e-7), key
     if algo == "ppo":  # explain/replay --critic rebuild the critic from the shards
@@ -136,9 +179,15 @@ def test_fsdp_resume_equals_single_process_resume(tmp_path):
     _train(tmp_path, cfg, "one", "--resume", "--set", "steps=2")
     _train(tmp_path, cfg, "fsdp", "--set", "parallelism=fsdp", ranks=2)
     _train(tmp_path, cfg, "fsdp", "--set", "parallelism=fsdp", "--resume", "--set", "steps=2", ranks=2)
-    _assert_close(_state(tmp_path, "one", 2)["model"], _gathered(tmp_path, "fsdp", 2)["model"], "model")
+    for step in (1, 2):
+        assert_learning_signal(tmp_path / "fsdp", step)
+    one = _state(tmp_path, "one", 2)
+    _assert_close(one["model"], _gathered(tmp_path, "fsdp", 2)["model"], "model")
+    # The resumed step moved the policy: the two runs agree on a step that did something.
+    assert any(not torch.equal(v, one["model"][k]) for k, v in _state(tmp_path, "one")["model"].items())
     rows = [json.loads(line) for line in (tmp_path / "fsdp/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1.0, 2.0]
+    _assert_signal(rows[1], "grpo", "fsdp resumed step")
 
 
 @pytest.mark.slow
@@ -153,5 +202,7 @@ def test_fsdp_with_lora_equals_single_process(tmp_path):
     assert adapters and any(one[k].abs().sum() > 0 for k in adapters)  # the adapters moved
     _assert_close(one, _gathered(tmp_path, "fsdp")["model"], "model")
     m1, m2 = _metrics(tmp_path, "one"), _metrics(tmp_path, "fsdp")
+    assert_learning_signal(tmp_path / "fsdp", 1)
+    _assert_signal(m2, "grpo", "fsdp lora")
     for key in ("actor/kl_loss", "actor/entropy", "actor/grad_norm"):
         assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-9), key
