@@ -1,7 +1,8 @@
 """A real training run for the report tests: the trainer, a tiny model and the sandbox, 2 PPO steps.
 
-The rubric is deterministic and graded on the tiny random policy's text (letters, digits, capitals),
-so rewards differ within a group and the advantages, returns and values are not all zero.
+The policy is a tiny model trained to answer in a few random words (``tests.answering_model``: a
+random one never ends a turn, and a turn cut at the token limit is never a report); the rubric is
+deterministic and graded on those answers (vowels, digits, capitals), so rewards differ within a group and the advantages, returns and values are not all zero.
 """
 
 import json
@@ -35,11 +36,12 @@ criteria:
 def make_run(out_dir, steps: int = 2) -> None:
     """Train ``steps`` PPO steps of a tiny model into ``out_dir`` (about 10 s on one core)."""
     from agentrl.train import TrainConfig, Trainer
+    from tests.answering_model import answering_model_dir
 
     rubric = out_dir.parent / "fixture_rubric.yaml"
     rubric.write_text(RUBRIC)
     cfg = {
-        "model": {"path": "tiny:layers=1,hidden=32,heads=2,kv_heads=1", "tokenizer_vocab_size": 600},
+        "model": {"path": str(answering_model_dir())},
         "rollout": {
             "tasks_per_step": 2,
             "group_size": 3,

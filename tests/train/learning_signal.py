@@ -1,10 +1,11 @@
 """The trainer tests' shared fixture: a tiny run whose rewards are non-zero and differ within a group.
 
-The tiny random policy never answers the sandbox's tasks, so the tasks' own rubrics score every
-episode 0; with all rewards 0 the advantages, losses and gradients are 0 too, and a test of "the
-weights move", "resume continues exactly" or "N ranks equal one" passes whatever the trainer does.
-``TINY`` therefore scores every episode with ``letters_rubric.yaml`` (deterministic graders that the
-policy's output passes some of the time), and ``assert_learning_signal`` checks, on a run's own
+A tiny random policy never answers (every turn is cut at the token limit, and a cut turn is never a
+report), and it never solves the sandbox's tasks, so every reward would be 0; with all rewards 0 the
+advantages, losses and gradients are 0 too, and a test of "the weights move", "resume continues
+exactly" or "N ranks equal one" passes whatever the trainer does. ``TINY`` therefore uses a tiny
+model trained to answer in a few random words (``tests.answering_model``) and scores every episode
+with ``letters_rubric.yaml`` (deterministic graders that those answers pass some of the time), and ``assert_learning_signal`` checks, on a run's own
 outputs, that the signal is there: every test that trains calls it, so none can degenerate again.
 """
 
@@ -17,14 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.rundir import read_token_stats
 from agentrl.train import TrainConfig
-from agentrl.train.token_log import read_token_stats
 from agentrl.trajectory import read_trajectories
+from tests.answering_model import answering_model_dir
 
 RUBRIC = Path(__file__).with_name("letters_rubric.yaml")
 
 TINY: dict[str, Any] = {
-    "model": {"path": "tiny:layers=1,hidden=32,heads=2,kv_heads=1", "tokenizer_vocab_size": 600},
+    "model": {"path": str(answering_model_dir())},
     "rollout": {
         "tasks_per_step": 2,
         "group_size": 2,
