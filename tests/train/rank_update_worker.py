@@ -12,10 +12,10 @@ import sys
 
 import torch
 
-from agentrl.train.config import AlgorithmConfig
-from agentrl.train.distributed import all_gather_objects, init_distributed, rank, world_size
 from agentrl.learn.forward import forward_logprobs
 from agentrl.learn.models import build_tiny_model
+from agentrl.train.config import AlgorithmConfig
+from agentrl.train.distributed import all_gather_objects, init_distributed, rank, world_size
 from agentrl.train.update import compute_advantages, update_actor
 
 VOCAB = 48
