@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import regex
 import yaml
 from pydantic import (
     AfterValidator,
@@ -28,6 +29,7 @@ from pydantic import (
 )
 
 from agentrl.errors import RubricError
+from agentrl.judge.bounds import compile_pattern
 
 __all__ = [
     "ContainsGrader",
@@ -95,8 +97,9 @@ class RegexGrader(_Strict):
     @classmethod
     def _compiles(cls, v: str) -> str:
         try:
-            re.compile(v)
-        except re.error as e:
+            re.compile(v)  # the syntax the docs promise, and what the backtracking lint parses
+            compile_pattern(v, False)  # the engine that grades (``agentrl.judge.bounds``)
+        except (re.error, regex.error) as e:
             raise ValueError(f"not a valid regular expression: {e}") from None
         return v
 
