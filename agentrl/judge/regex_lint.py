@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import re._constants as C
 import re._parser as P
+import warnings
 from collections.abc import Callable
 
 from agentrl.judge.rubric import RegexGrader, Rubric
@@ -143,12 +144,19 @@ def backtracking_risks(pattern: str, ignore_case: bool = False) -> list[str]:
     """Why ``pattern`` may backtrack catastrophically (one line per risk, no duplicates); [] when
     the check sees no risk. A pattern Python cannot parse is reported as such."""
     try:
-        parsed = P.parse(pattern, re.IGNORECASE if ignore_case else 0)
+        with warnings.catch_warnings():  # re's FutureWarnings were shown when the rubric loaded
+            warnings.simplefilter("ignore")
+            parsed = P.parse(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as e:
         return [f"cannot be parsed: {e}"]
+    except RecursionError:
+        return ["nested too deeply to check"]
     fold = bool(parsed.state.flags & re.IGNORECASE)
     found: list[str] = []
-    _walk(list(parsed), fold, None, [], found)
+    try:
+        _walk(list(parsed), fold, None, [], found)
+    except RecursionError:
+        found.append("nested too deeply to check")
     return list(dict.fromkeys(found))
 
 

@@ -101,6 +101,8 @@ class RegexGrader(_Strict):
             compile_pattern(v, False)  # the engine that grades (``agentrl.judge.bounds``)
         except (re.error, regex.error) as e:
             raise ValueError(f"not a valid regular expression: {e}") from None
+        except RecursionError:
+            raise ValueError("not a valid regular expression: nested too deeply") from None
         return v
 
 

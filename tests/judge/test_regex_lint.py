@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentrl.cli
 from agentrl.judge import parse_rubric
@@ -78,3 +82,32 @@ def test_rubric_validate_warns_and_still_passes(monkeypatch, capsys, tmp_path):
         f"warning: {path}: criteria[1] (bad): pattern '(a+)+$' may backtrack catastrophically: "
         "nested quantifier: a repeated group holds a {1,} repeat"
     ]
+
+
+@pytest.mark.parametrize("depth", [200, 1000])
+def test_deep_nesting_is_an_answer_not_a_crash(depth):
+    pattern = "(?:" * depth + "a+" + ")+" * depth
+    assert backtracking_risks(pattern) in (
+        ["nested quantifier: a repeated group holds a {1,} repeat"],
+        ["nested too deeply to check"],
+    )
+    from agentrl.errors import RubricError
+
+    crit = {"id": "a", "text": "t", "weight": 1, "grader": {"type": "regex", "pattern": pattern}}
+    try:
+        parse_rubric({"id": "x", "criteria": [crit]})
+    except RubricError as e:  # too deep for Python's regex parser: a rubric error, not a crash
+        assert "nested too deeply" in str(e)
+
+
+@given(st.text(alphabet="ab()|*+?{}1,:\\w.^$[]-", max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_any_compilable_pattern_gets_an_answer(pattern):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "possible nested set" and the like
+            re.compile(pattern)
+    except re.error:
+        return
+    risks = backtracking_risks(pattern)
+    assert isinstance(risks, list) and all(isinstance(r, str) and r for r in risks)
