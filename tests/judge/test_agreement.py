@@ -226,3 +226,12 @@ def test_flaky_scenario_is_exact(judge_server):
     with make_judge(JudgeConfig(model="flaky-4:exact", api_base=judge_server.url)) as judge:
         rewards = run_sync(judge.score_many([(t, rubric)] * 8))
     assert Counter(r.criteria[0].verdict for r in rewards) == {"Fully Satisfied": 6, "Partially Satisfied": 2}
+
+
+def test_example_labels_name_example_trajectories():
+    from agentrl.trajectory import read_trajectories
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "trajectories"
+    labels = read_labels(root / "alphabet-oracle.labels.jsonl")
+    ids = {t.id for t in read_trajectories(root / "alphabet-oracle.jsonl")}
+    assert len(labels) == 6 and {tid for tid, _ in labels} <= ids
