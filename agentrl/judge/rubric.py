@@ -87,7 +87,10 @@ class LLMGrader(_Strict):
 
 
 class RegexGrader(_Strict):
-    """Fully Satisfied when ``pattern`` matches somewhere in the report (Python ``re.search``)."""
+    """Fully Satisfied when ``pattern`` (Python ``re`` syntax) matches somewhere in the report.
+
+    It runs on the ``regex`` engine within the report's time limit (``agentrl.judge.bounds``).
+    """
 
     type: Literal["regex"]
     pattern: str

@@ -235,3 +235,17 @@ def test_example_labels_name_example_trajectories():
     labels = read_labels(root / "alphabet-oracle.labels.jsonl")
     ids = {t.id for t in read_trajectories(root / "alphabet-oracle.jsonl")}
     assert len(labels) == 6 and {tid for tid, _ in labels} <= ids
+
+
+def test_judge_errors_are_counted_and_their_criteria_left_out(judge_server, run_files):
+    from agentrl.trajectory import read_trajectories
+
+    trajs, rubric_path, _ = run_files
+    config = JudgeConfig(
+        model="garbage-always:agree", api_base=judge_server.url, max_retries=0, max_parse_retries=0
+    )
+    r = measure_agreement(
+        list(read_trajectories(trajs)), parse_rubric(rubric_path.read_text()), config, samples=2
+    )
+    assert r.judge_errors == 6 and [c.id for c in r.criteria] == ["citation"]
+    assert r.flip_rate == {"strict": 0.0, "ternary": 0.0, "binary": 0.0} and r.most_stable == []
