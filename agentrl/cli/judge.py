@@ -22,14 +22,21 @@ def default_cache_path() -> Path:
     return Path(xdg) / "agentrl" / "judge.sqlite"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``judge`` command."""
-    p = subparsers.add_parser(
-        "judge",
-        help="score stored trajectories against a rubric (LLM judge and deterministic graders)",
-        description="Score trajectories against a rubric and write them with `reward` filled in.",
-    )
-    p.add_argument("trajectories", metavar="TRAJ.jsonl", help="trajectories to score")
+class _JudgeParser(argparse.ArgumentParser):
+    """``agentrl judge``'s parser: ``agentrl judge agreement ...`` goes to the agreement parser,
+    anything else is ``agentrl judge TRAJ.jsonl ...`` (argparse cannot give a command both a
+    positional path and sub-commands; a file named ``agreement`` is written ``./agreement``)."""
+
+    agreement: argparse.ArgumentParser
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if args and args[0] == "agreement":
+            return self.agreement.parse_known_args(args[1:], namespace)
+        return super().parse_known_args(args, namespace)
+
+
+def _judge_options(p: argparse.ArgumentParser) -> None:
+    """The options that say which judge to call and how (shared by ``judge`` and ``judge agreement``)."""
     p.add_argument(
         "--rubric", metavar="R.yaml", help="rubric for every trajectory (default: each one's info.rubric)"
     )
@@ -50,32 +57,90 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "$OPENAI_API_KEY goes to https://api.openai.com only)",
     )
     p.add_argument("--concurrency", type=int, default=16, metavar="N", help="judge calls in flight (16)")
-    p.add_argument("--out", metavar="OUT.jsonl", help="where to write (default: TRAJ.judged.jsonl)")
     p.add_argument(
         "--criteria-per-call", type=int, default=0, metavar="K", help="0 = all criteria in one call"
-    )
-    p.add_argument(
-        "--samples", type=int, default=1, metavar="N", help="judge calls per criterion, majority vote"
     )
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="per-call timeout in seconds")
     p.add_argument("--max-retries", type=int, default=4, metavar="N", help="retries on 429/5xx/timeouts")
     p.add_argument(
         "--no-sources", action="store_true", help="do not show the judge the pages the agent opened"
     )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``judge`` command and its ``judge agreement`` form."""
+    p = subparsers.add_parser(
+        "judge",
+        help="score stored trajectories against a rubric (LLM judge and deterministic graders)",
+        description="Score trajectories against a rubric and write them with `reward` filled in.",
+        epilog="agentrl judge agreement TRAJ.jsonl --samples N [--labels FILE]: how often repeated "
+        "judge samples flip each verdict, and agreement with labelled verdicts "
+        "(agentrl judge agreement --help).",
+    )
+    p.__class__ = _JudgeParser  # add_parser builds the class its action was given; this one delegates
+    p.add_argument("trajectories", metavar="TRAJ.jsonl", help="trajectories to score")
+    _judge_options(p)
+    p.add_argument("--out", metavar="OUT.jsonl", help="where to write (default: TRAJ.judged.jsonl)")
+    p.add_argument(
+        "--samples", type=int, default=1, metavar="N", help="judge calls per criterion, majority vote"
+    )
     p.add_argument("--cache", metavar="PATH", help=f"verdict cache (default: {default_cache_path()})")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the verdict cache")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=_run)
 
+    a = argparse.ArgumentParser(
+        prog=f"{p.prog} agreement",
+        description="Judge each trajectory N times (verdict cache off) and report, per criterion, how "
+        "often the verdict flips under each mapping (strict, ternary, binary), the most stable "
+        "mapping, and with --labels the judge's accuracy and Cohen's kappa against labelled verdicts.",
+    )
+    a.add_argument("trajectories", metavar="TRAJ.jsonl", help="trajectories to judge (unique ids)")
+    a.add_argument("--samples", type=int, default=5, metavar="N", help="judge calls per trajectory (>= 2; 5)")
+    a.add_argument(
+        "--labels",
+        metavar="FILE",
+        help='labelled verdicts, JSONL: {"trajectory_id", "criterion_id", "verdict"} a line',
+    )
+    a.add_argument(
+        "--temperature", type=float, default=None, metavar="T", help="judge sampling temperature (0)"
+    )
+    _judge_options(a)
+    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    a.set_defaults(handler=_agreement)
+    p.agreement = a
 
-def _run(args: argparse.Namespace) -> int:
-    import json
 
+def _config(args: argparse.Namespace, **fields):
+    """The ``JudgeConfig`` of the command line; a bad value is a ``ConfigError`` naming its option."""
     from pydantic import ValidationError
 
     from agentrl.credentials import explicit_key
     from agentrl.errors import ConfigError
-    from agentrl.judge import JudgeConfig, load_rubric, score_trajectories, summarize
+    from agentrl.judge import JudgeConfig
+
+    try:
+        return JudgeConfig(
+            model=args.model,
+            api_base=args.api_base,
+            api_key=explicit_key(None, args.api_key_env) or os.environ.get("AGENTRL_JUDGE_API_KEY"),
+            concurrency=args.concurrency,
+            criteria_per_call=args.criteria_per_call,
+            timeout_s=args.timeout,
+            max_retries=args.max_retries,
+            include_sources=not args.no_sources,
+            **fields,
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    import json
+
+    from agentrl.errors import ConfigError
+    from agentrl.judge import load_rubric, score_trajectories, summarize
     from agentrl.trajectory import read_trajectories, write_trajectories
 
     src = Path(args.trajectories)
@@ -83,22 +148,11 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{src}: no such trajectory file")
     out = Path(args.out) if args.out else src.with_name(src.name.removesuffix(".jsonl") + ".judged.jsonl")
     rubric = load_rubric(args.rubric) if args.rubric else None
-    try:
-        config = JudgeConfig(
-            model=args.model,
-            api_base=args.api_base,
-            api_key=explicit_key(None, args.api_key_env) or os.environ.get("AGENTRL_JUDGE_API_KEY"),
-            concurrency=args.concurrency,
-            criteria_per_call=args.criteria_per_call,
-            samples=args.samples,
-            timeout_s=args.timeout,
-            max_retries=args.max_retries,
-            include_sources=not args.no_sources,
-            cache_path=None if args.no_cache else str(args.cache or default_cache_path()),
-        )
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
+    config = _config(
+        args,
+        samples=args.samples,
+        cache_path=None if args.no_cache else str(args.cache or default_cache_path()),
+    )
     trajectories = list(read_trajectories(src))
     judged = score_trajectories(trajectories, rubric, config)
     write_trajectories(out, judged)
@@ -121,3 +175,61 @@ def _run(args: argparse.Namespace) -> int:
     if s.first_error:
         print(f"first judge error: {s.first_error}")
     return 0
+
+
+def _agreement(args: argparse.Namespace) -> int:
+    import json
+
+    from agentrl.errors import ConfigError
+    from agentrl.judge import load_rubric
+    from agentrl.judge.agreement import measure_agreement, read_labels
+    from agentrl.trajectory import read_trajectories
+
+    src = Path(args.trajectories)
+    if not src.is_file():
+        raise ConfigError(f"{src}: no such trajectory file")
+    rubric = load_rubric(args.rubric) if args.rubric else None
+    labels = read_labels(args.labels) if args.labels else None
+    extra = {} if args.temperature is None else {"temperature": args.temperature}
+    config = _config(args, **extra)
+    report = measure_agreement(
+        list(read_trajectories(src)), rubric, config, samples=args.samples, labels=labels
+    )
+    if args.json:
+        print(json.dumps(report.model_dump(), indent=2))
+        return 0
+    _print_agreement(report, model=config.model, temperature=config.temperature)
+    return 0
+
+
+def _fmt(x: float | None) -> str:
+    return "  n/a" if x is None else f"{x:5.3f}"
+
+
+def _print_agreement(report, *, model: str | None, temperature: float) -> None:
+    r = report
+    print(
+        f"{r.trajectories} trajectories x {r.samples} samples (model {model}, temperature {temperature:g}); "
+        f"judge errors {r.judge_errors}, unanswered {r.unanswered}"
+    )
+    print(
+        f"{'criterion':<20} {'grader':<8} {'unstable':>8}  {'flip rate: strict':>17} {'ternary':>8} {'binary':>8}"
+    )
+    for c in r.criteria:
+        flips = [_fmt(c.mappings[m].flip_rate) for m in ("strict", "ternary", "binary")]
+        unstable = f"{c.unstable}/{c.trajectories}"
+        print(f"{c.id:<20} {c.grader:<8} {unstable:>8}  {flips[0]:>17} {flips[1]:>8} {flips[2]:>8}")
+    overall = ", ".join(f"{k} {_fmt(v).strip()}" for k, v in r.flip_rate.items())
+    best = ", ".join(r.most_stable) if r.most_stable else "all equally stable"
+    print(f"flip rate over the LLM criteria: {overall}; most stable mapping: {best}")
+    if not r.labels:
+        return
+    print(f"labels: {r.labels} ({r.labels_unmatched} without a judged verdict); accuracy / Cohen's kappa:")
+    print(f"{'criterion':<20} {'labelled':>8}  {'strict':>13}  {'ternary':>13}  {'binary':>13}")
+    for c in r.criteria:
+        if c.labelled:
+            cells = [
+                f"{_fmt(c.mappings[m].accuracy)} / {_fmt(c.mappings[m].kappa)}"
+                for m in ("strict", "ternary", "binary")
+            ]
+            print(f"{c.id:<20} {c.labelled:>8}  {cells[0]:>13}  {cells[1]:>13}  {cells[2]:>13}")

@@ -49,7 +49,16 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         kinds = "deterministic" if r.is_deterministic else "llm"
         print(f"ok: {f}: {r.id} v{r.version}, {len(r.criteria)} criteria ({kinds}), max {r.max_score:g}")
+        _warn_backtracking(f, r)
     return 1 if bad else 0
+
+
+def _warn_backtracking(path: Path, rubric) -> None:
+    """A warning line per regex that may backtrack catastrophically (scoring stays time-bounded)."""
+    from agentrl.judge.regex_lint import rubric_warnings
+
+    for w in rubric_warnings(rubric):
+        print(f"warning: {path}: {w}")
 
 
 def _show(args: argparse.Namespace) -> int:

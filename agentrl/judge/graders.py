@@ -8,10 +8,10 @@ present; the mapping in ``agentrl.judge.score`` turns that into the (negative) c
 
 from __future__ import annotations
 
-import functools
 import re
 
 from agentrl.errors import JudgeError
+from agentrl.judge.bounds import MAX_REPORT_CHARS, Undecided, bounded_search, deadline, worst_verdict
 from agentrl.judge.rubric import (
     UNIT_WORDS,
     ContainsGrader,
@@ -56,16 +56,10 @@ def _found(g: ContainsGrader, report: str) -> list[bool]:
     return [(s if g.case_sensitive else s.casefold()) in hay for s in items]
 
 
-@functools.lru_cache(maxsize=16384)
-def _compiled(pattern: str, flags: int) -> re.Pattern[str]:
-    # Sandbox suites hold thousands of patterns, more than re's own cache keeps.
-    return re.compile(pattern, flags)
-
-
-def _holds(criterion: Criterion, report: str) -> bool:
+def _holds(criterion: Criterion, report: str, until: float) -> bool:
     g = criterion.grader
-    if isinstance(g, RegexGrader):
-        return _compiled(g.pattern, re.IGNORECASE if g.ignore_case else 0).search(report) is not None
+    if isinstance(g, RegexGrader):  # the one grader whose time is not linear in the report
+        return bounded_search(g.pattern, g.ignore_case, report, until)
     if isinstance(g, NotContainsGrader):  # before ContainsGrader: it is a subclass
         return not any(_found(g, report))
     if isinstance(g, ContainsGrader):
@@ -79,10 +73,30 @@ def _holds(criterion: Criterion, report: str) -> bool:
 
 
 def grade_criterion(
-    criterion: Criterion, report: str, mapping: str, *, rubric_hash: str | None = None
+    criterion: Criterion,
+    report: str,
+    mapping: str,
+    *,
+    rubric_hash: str | None = None,
+    until: float | None = None,
 ) -> CriterionScore:
-    """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``."""
-    verdict = "Fully Satisfied" if _holds(criterion, report) else "Not Satisfied"
+    """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``.
+
+    ``until`` is the ``time.monotonic()`` deadline of the report's grading (``bounds.deadline()``,
+    shared by its criteria; default: a fresh one). A criterion the graders cannot decide (time
+    out, or a report over ``MAX_REPORT_CHARS``) gets its worst verdict, the reason in ``reasoning``.
+    """
+    reasoning = None
+    try:
+        if len(report) > MAX_REPORT_CHARS:
+            raise Undecided(
+                f"the report has {len(report)} characters; graders read at most {MAX_REPORT_CHARS}"
+            )
+        holds = _holds(criterion, report, deadline() if until is None else until)
+        verdict = "Fully Satisfied" if holds else "Not Satisfied"
+    except Undecided as e:
+        verdict = worst_verdict(criterion.kind)
+        reasoning = f"undecided, scored as the worst verdict: {e}"
     return CriterionScore(
         id=criterion.id,
         verdict=verdict,
@@ -90,21 +104,26 @@ def grade_criterion(
         weight=criterion.weight,
         kind=criterion.kind,
         grader=criterion.grader.type,
+        reasoning=reasoning,
         rubric_hash=rubric_hash,
     )
 
 
-def score_deterministic(rubric: Rubric, report: str, *, prompt: str = "") -> RewardBreakdown:
+def score_deterministic(
+    rubric: Rubric, report: str, *, prompt: str = "", time_limit_s: float | None = None
+) -> RewardBreakdown:
     """Score a report against a rubric whose criteria are all deterministic (synchronous, no I/O).
 
-    ``prompt`` is accepted for symmetry with the LLM judge and unused by the graders. Raises
+    ``prompt`` is accepted for symmetry with the LLM judge and unused by the graders. The regex
+    criteria share ``time_limit_s`` (default ``bounds.REPORT_TIME_LIMIT_S``). Raises
     ``JudgeError`` when a criterion needs the LLM judge.
     """
     del prompt
     llm = [c.id for c in rubric.criteria if c.is_llm]
     if llm:
         raise JudgeError(f"rubric {rubric.id!r} needs the LLM judge for criteria {', '.join(llm)}")
-    h = rubric.content_hash
+    h, until = rubric.content_hash, deadline(time_limit_s)
     return breakdown(
-        rubric, [grade_criterion(c, report, rubric.mapping, rubric_hash=h) for c in rubric.criteria]
+        rubric,
+        [grade_criterion(c, report, rubric.mapping, rubric_hash=h, until=until) for c in rubric.criteria],
     )

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentrl.errors import ConfigError, JudgeError
+from agentrl.judge.bounds import deadline
 from agentrl.judge.cache import VerdictCache, cache_key
 from agentrl.judge.client import CallFailed, CallPool, complete
 from agentrl.judge.config import JudgeConfig
@@ -170,8 +171,9 @@ class Judge:
             source_tools=cfg.source_tools,
             max_source_chars=cfg.max_source_chars,
         )
+        until = deadline()  # one time budget for the report's deterministic criteria
         graded = [
-            grade_criterion(c, inp.report, rubric.mapping, rubric_hash=rubric.content_hash)
+            grade_criterion(c, inp.report, rubric.mapping, rubric_hash=rubric.content_hash, until=until)
             for c in rubric.criteria
             if not c.is_llm
         ]

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import regex
 import yaml
 from pydantic import (
     AfterValidator,
@@ -28,6 +29,7 @@ from pydantic import (
 )
 
 from agentrl.errors import RubricError
+from agentrl.judge.bounds import compile_pattern
 
 __all__ = [
     "ContainsGrader",
@@ -85,7 +87,10 @@ class LLMGrader(_Strict):
 
 
 class RegexGrader(_Strict):
-    """Fully Satisfied when ``pattern`` matches somewhere in the report (Python ``re.search``)."""
+    """Fully Satisfied when ``pattern`` (Python ``re`` syntax) matches somewhere in the report.
+
+    It runs on the ``regex`` engine within the report's time limit (``agentrl.judge.bounds``).
+    """
 
     type: Literal["regex"]
     pattern: str
@@ -95,9 +100,12 @@ class RegexGrader(_Strict):
     @classmethod
     def _compiles(cls, v: str) -> str:
         try:
-            re.compile(v)
-        except re.error as e:
+            re.compile(v)  # the syntax the docs promise, and what the backtracking lint parses
+            compile_pattern(v, False)  # the engine that grades (``agentrl.judge.bounds``)
+        except (re.error, regex.error) as e:
             raise ValueError(f"not a valid regular expression: {e}") from None
+        except RecursionError:
+            raise ValueError("not a valid regular expression: nested too deeply") from None
         return v
 
 

@@ -10,7 +10,8 @@ text appears *outside* the delimited data, which is exactly what a forged delimi
 The model name picks a scenario (``good``, ``think``, ``missing-once``, ``garbage-always``,
 ``http500-once``, ``http400``, ``429-once``, ``slow``, ``trailing-quote-once`` (the verdicts, then
 prose quoting a flipped verdict object for the first criterion), ``conflict-always`` (the first
-criterion listed twice with opposite verdicts), ...; a ``:suffix`` gives a scenario its own
+criterion listed twice with opposite verdicts), ``flaky-K`` (every K-th call about the same report
+answers Partially Satisfied for the first criterion), ...; a ``:suffix`` gives a scenario its own
 request counter); ``requests`` records every request body.
 Run ``python -m tests.judge.fake_server --latency 0.2`` to serve from a separate process (it
 prints the port).
@@ -86,6 +87,7 @@ class FakeJudgeServer:
         self.rules = rules or {}
         self.requests: list[dict[str, Any]] = []
         self.counts: Counter[str] = Counter()
+        self.report_counts: Counter[tuple[str, str]] = Counter()  # (model, report) → calls
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -113,7 +115,10 @@ class FakeJudgeServer:
 
     def reply(self, scenario: str, n: int, user: str) -> tuple[int, Any, dict[str, str]]:
         """(HTTP status, body or reply text, headers) for the n-th request (1-based) of a scenario."""
-        scenario = scenario.split(":")[0]  # "missing-once:test42": a scenario with its own counter
+        model, scenario = (
+            scenario,
+            scenario.split(":")[0],
+        )  # "missing-once:test42": a scenario with its own counter
         verdicts = self.verdicts(user)
         good = json.dumps({"criteria": verdicts})
         once = scenario.endswith("-once") and n == 1
@@ -141,6 +146,17 @@ class FakeJudgeServer:
             decoy = json.dumps({"criteria": [dict(v, verdict="Not Satisfied") for v in verdicts]})
             upper = json.dumps({"criteria": [dict(v, verdict=v["verdict"].upper()) for v in verdicts]})
             return 200, f"<think>Draft: {decoy}</think>\nHere is my grading:\n```json\n{upper}\n```", {}
+        if scenario.startswith("flaky-"):
+            # Every k-th call about the same report moves the first criterion's verdict to
+            # Partially Satisfied: exactly ⌊n/k⌋ of n samples per report, whatever the call order.
+            _, report, _, _ = read_prompt(user)
+            self.report_counts[(model, report or "")] += 1
+            if (
+                verdicts
+                and self.report_counts[(model, report or "")] % int(scenario.removeprefix("flaky-")) == 0
+            ):
+                verdicts[0] = dict(verdicts[0], verdict="Partially Satisfied", reasoning="a noisy sample")
+            return 200, json.dumps({"criteria": verdicts}), {}
         return 200, good, {}
 
     async def _handle(self, request: web.Request) -> web.Response:

@@ -25,6 +25,8 @@ def test_exported_members():
     exported = set(agentrl.judge.__all__)
     assert exported >= REQUIRED
     assert exported == {name for name in dir(agentrl.judge) if not name.startswith("_")} - {
+        "agreement",
+        "bounds",
         "cache",
         "client",
         "config",
@@ -33,6 +35,7 @@ def test_exported_members():
         "parse",
         "prompt",
         "record",
+        "regex_lint",
         "rubric",
         "score",
         "summary",

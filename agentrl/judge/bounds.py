@@ -1,0 +1,74 @@
+"""Bounds on deterministic grading: a time limit per report and a cap on the report's length.
+
+A rubric's regular expressions run on text the policy wrote, so a pattern with catastrophic
+backtracking (``(a|a)*$``) would let a 40-character report stall a rollout or a training step.
+Regex graders therefore run on the third-party ``regex`` engine (already a dependency of
+transformers), whose ``search`` takes a ``timeout``; Python's ``re`` has none. Linear-time engines
+(RE2) were not chosen because they drop lookarounds, which shipped rubrics use.
+
+When a grader cannot decide (its match ran out of the report's time budget, or the report is
+longer than ``MAX_REPORT_CHARS``), the criterion gets its *worst* verdict for the report: a
+positive criterion is ``Not Satisfied``, a negative one (a flaw) is ``Fully Satisfied``, with the
+reason in ``reasoning``. A report can then never gain by making a grader give up: a penalty it
+times out still applies, and a quality it times out is not credited.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import regex
+
+__all__ = [
+    "MAX_REPORT_CHARS",
+    "REPORT_TIME_LIMIT_S",
+    "Undecided",
+    "bounded_search",
+    "compile_pattern",
+    "deadline",
+    "worst_verdict",
+]
+
+#: Seconds of regex matching one report may use across all its regex criteria.
+REPORT_TIME_LIMIT_S = 1.0
+#: Characters of a report the deterministic graders read; a longer report is not graded by them.
+MAX_REPORT_CHARS = 50_000
+
+
+class Undecided(Exception):
+    """A grader could not decide within its bounds; ``str(e)`` says why."""
+
+
+def deadline(limit_s: float | None = None) -> float:
+    """The ``time.monotonic()`` instant by which one report's deterministic grading must end."""
+    return time.monotonic() + (REPORT_TIME_LIMIT_S if limit_s is None else limit_s)
+
+
+@functools.lru_cache(maxsize=16384)
+def compile_pattern(pattern: str, ignore_case: bool) -> regex.Pattern[str]:
+    """A rubric pattern compiled for the ``regex`` engine (re-compatible ``VERSION0`` syntax).
+
+    Cached: sandbox suites hold thousands of patterns, more than the engine's own cache keeps.
+    """
+    return regex.compile(pattern, regex.VERSION0 | (regex.IGNORECASE if ignore_case else 0))
+
+
+def bounded_search(pattern: str, ignore_case: bool, text: str, until: float) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``, decided before the instant ``until``.
+
+    Raises ``Undecided`` when the time left (``until - time.monotonic()``) runs out first.
+    """
+    left = until - time.monotonic()
+    if left <= 0:
+        raise Undecided("the report's regex time budget was already spent")
+    try:
+        return compile_pattern(pattern, ignore_case).search(text, timeout=left) is not None
+    except TimeoutError:
+        raise Undecided(f"regex {pattern!r} ran out of the report's time budget") from None
+
+
+def worst_verdict(kind: str) -> str:
+    """The verdict that gives the report the least: ``Fully Satisfied`` for a negative criterion
+    (the flaw counts) and ``Not Satisfied`` for a positive one (the quality does not)."""
+    return "Fully Satisfied" if kind == "negative" else "Not Satisfied"
