@@ -12,7 +12,9 @@ import functools
 import re
 
 from agentrl.errors import JudgeError
+from agentrl.judge.evidence import Evidence, evidence_holds
 from agentrl.judge.rubric import (
+    EVIDENCE_GRADERS,
     UNIT_WORDS,
     ContainsGrader,
     Criterion,
@@ -62,8 +64,10 @@ def _compiled(pattern: str, flags: int) -> re.Pattern[str]:
     return re.compile(pattern, flags)
 
 
-def _holds(criterion: Criterion, report: str) -> bool:
+def _holds(criterion: Criterion, report: str, evidence: Evidence | None = None) -> bool:
     g = criterion.grader
+    if g.type in EVIDENCE_GRADERS:  # what the agent did: agentrl.judge.evidence
+        return evidence_holds(g, report, evidence)  # type: ignore[arg-type]
     if isinstance(g, RegexGrader):
         return _compiled(g.pattern, re.IGNORECASE if g.ignore_case else 0).search(report) is not None
     if isinstance(g, NotContainsGrader):  # before ContainsGrader: it is a subclass
@@ -79,10 +83,18 @@ def _holds(criterion: Criterion, report: str) -> bool:
 
 
 def grade_criterion(
-    criterion: Criterion, report: str, mapping: str, *, rubric_hash: str | None = None
+    criterion: Criterion,
+    report: str,
+    mapping: str,
+    *,
+    rubric_hash: str | None = None,
+    evidence: Evidence | None = None,
 ) -> CriterionScore:
-    """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``."""
-    verdict = "Fully Satisfied" if _holds(criterion, report) else "Not Satisfied"
+    """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``.
+
+    ``evidence`` (``agentrl.judge.evidence.evidence_of(trajectory)``) is what evidence graders read;
+    without it the agent opened nothing."""
+    verdict = "Fully Satisfied" if _holds(criterion, report, evidence) else "Not Satisfied"
     return CriterionScore(
         id=criterion.id,
         verdict=verdict,
@@ -94,11 +106,14 @@ def grade_criterion(
     )
 
 
-def score_deterministic(rubric: Rubric, report: str, *, prompt: str = "") -> RewardBreakdown:
+def score_deterministic(
+    rubric: Rubric, report: str, *, prompt: str = "", evidence: Evidence | None = None
+) -> RewardBreakdown:
     """Score a report against a rubric whose criteria are all deterministic (synchronous, no I/O).
 
-    ``prompt`` is accepted for symmetry with the LLM judge and unused by the graders. Raises
-    ``JudgeError`` when a criterion needs the LLM judge.
+    ``evidence`` is the episode's (``evidence_of(trajectory)``), read by evidence graders. ``prompt``
+    is accepted for symmetry with the LLM judge and unused by the graders. Raises ``JudgeError``
+    when a criterion needs the LLM judge.
     """
     del prompt
     llm = [c.id for c in rubric.criteria if c.is_llm]
@@ -106,5 +121,9 @@ def score_deterministic(rubric: Rubric, report: str, *, prompt: str = "") -> Rew
         raise JudgeError(f"rubric {rubric.id!r} needs the LLM judge for criteria {', '.join(llm)}")
     h = rubric.content_hash
     return breakdown(
-        rubric, [grade_criterion(c, report, rubric.mapping, rubric_hash=h) for c in rubric.criteria]
+        rubric,
+        [
+            grade_criterion(c, report, rubric.mapping, rubric_hash=h, evidence=evidence)
+            for c in rubric.criteria
+        ],
     )
