@@ -22,6 +22,7 @@ from typing import Any
 
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
+from agentrl.errors import JudgeError
 from agentrl.policy import EpisodeContext, OraclePolicy
 from agentrl.policy.base import Policy
 from agentrl.rollout.runner import run_episode
@@ -243,6 +244,9 @@ def probe(
     ``rubric`` (a ``Rubric``) overrides every task's rubric; ``limit`` takes that many tasks spread
     over the suite; ``judge`` is a ``JudgeConfig`` mapping (``model``, ``api_base``) for LLM criteria.
     """
+    if rubric is not None and not rubric.is_deterministic and not (judge or {}).get("model"):
+        llm = ", ".join(c.id for c in rubric.criteria if c.is_llm)
+        raise JudgeError(f"rubric {rubric.id!r} has LLM criteria ({llm}); set a judge model (--model)")
     env = ResearchEnv({"suite": suite, "judge": "deferred"})
     tasks = _pick(env.suite.tasks, limit)
     ids = [c.id for c in rubric.criteria] if rubric is not None else ["accuracy", "temporal", "citation"]
