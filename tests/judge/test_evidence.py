@@ -142,9 +142,17 @@ def test_an_error_observation_is_not_an_opened_page():
 
 
 def test_the_cited_page_must_print_the_cited_figure():
+    from agentrl.judge.evidence import cited_source_holds
+
     wrong_page = PAGE.replace("$12.3 billion", "$9.9 billion")
     bd = score(GOOD, [wrong_page], [URL])
     assert verdicts(bd)["citation"] == "Not Satisfied"
+    # the grader itself, without the requirement on accuracy
+    grader = rubric().criteria[2].grader
+    seen_wrong = evidence_of(make_trajectory(GOOD, sources=[wrong_page], urls=[URL]))
+    seen_right = evidence_of(make_trajectory(GOOD, sources=[PAGE], urls=[URL]))
+    assert not cited_source_holds(grader, GOOD, seen_wrong)
+    assert cited_source_holds(grader, GOOD, seen_right)
     # a figure the page prints, but not the asked one: the citation holds, accuracy does not, and the
     # citation requires accuracy
     other = GOOD.replace("$12.3 billion", "$40.2 billion")
