@@ -90,8 +90,12 @@ def _show(args: argparse.Namespace) -> int:
             detail = f"regex {g.pattern}"
         elif g.type in ("contains", "not_contains"):
             detail = f"{g.type} {g.text!r}"
-        elif g.type == "number":
-            detail = f"number {g.value:g} {g.unit} ±{g.tolerance:g}".rstrip()
+        elif g.type in ("number", "figure"):
+            detail = f"{g.type} {g.value:g} {g.unit} ±{g.tolerance:g}".replace("  ", " ")
+        elif g.type == "cited_source":
+            detail = f"cited_source ({len(g.sources)} source keys)"
+        if c.requires:
+            detail += f"; requires {', '.join(c.requires)}"
         table.add_row(c.id, c.kind, f"{c.weight:g}", escape(detail), escape(c.text))
     console = Console()
     console.print(table)
