@@ -79,6 +79,35 @@ def test_llm_criteria_go_through_the_configured_judge(tmp_path, capsys):
     assert main(["rubric", "probe", "--rubric", str(rubric), "--limit", "1"]) == 1  # no --model: one line
 
 
+@pytest.mark.parametrize(("family", "total"), [("quarterly", 2.0), ("trap_quarter", 1.0), ("trap_year", 1.0)])
+def test_on_the_traps_not_yet_published_needs_the_figure_and_its_source(family, total):
+    """Search only, and answer with the true figure read off the results, citing the release unopened:
+    the figure counts (it was found), the citation does not, and on the traps neither does the
+    "not yet published" that only counts with the figure and its source."""
+    from agentrl.trajectory import FunctionCall, Message, ToolCall
+
+    env = ResearchEnv()
+    task = next(t for t in env.suite.tasks if t.family == family)
+    gt = task.ground_truth
+    env.reset(options={"task": task.id})
+    args = json.dumps({"query": gt["query"], "k": 10})
+    obs, *_ = env.step(
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=[ToolCall(id="s", function=FunctionCall(name="search", arguments=args))],
+        )
+    )
+    assert gt["official"]["figure"] in obs  # the snippet shows it
+    report = (
+        gt["report"].replace("<FIGURE>", gt["official"]["figure"]).replace("<CITE>", gt["official"]["id"])
+    )
+    _, reward, term, _, _ = env.step(Message(role="assistant", content=report))
+    verdict = {c.id: c.verdict for c in env.trajectory().reward.criteria}
+    assert term and reward == total, verdict
+    assert verdict["accuracy"] == "Fully Satisfied" and verdict["citation"] == "Not Satisfied"
+
+
 def test_env_judge_and_replay_agree_on_evidence_graded_trajectories(tmp_path, capsys):
     env = ResearchEnv()
     task = next(t for t in env.suite.tasks if t.family == "trap_quarter")

@@ -139,6 +139,15 @@ def test_a_citation_counts_only_for_a_page_opened_in_the_episode():
 
 def test_an_error_observation_is_not_an_opened_page():
     assert verdicts(score(GOOD, ["Error: 404 not found"], [URL]))["citation"] == "Not Satisfied"
+    # a figure-free citation of a URL whose opening failed, beside a good one
+    missing = "https://ir.acme.example/news/2024-q2-results"
+    report = GOOD + f" Q2 2024 is not out yet \\cite{{{missing}}}."
+    assert (
+        verdicts(score(report, [PAGE, "Error: 404 not found"], [URL, missing]))["citation"] == "Not Satisfied"
+    )
+    assert verdicts(score(report, [PAGE, PAGE.replace(URL, missing)], [URL, missing]))["citation"] == (
+        "Fully Satisfied"
+    )
 
 
 def test_the_cited_page_must_print_the_cited_figure():
