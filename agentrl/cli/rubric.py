@@ -1,4 +1,4 @@
-"""``agentrl rubric validate PATH...`` and ``agentrl rubric show PATH``."""
+"""``agentrl rubric validate PATH...``, ``agentrl rubric show PATH`` and ``agentrl rubric probe``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = sub.add_parser("show", help="print a rubric as a table, with its maximum attainable score")
     s.add_argument("path", metavar="PATH", help="a rubric YAML file")
     s.set_defaults(handler=_show)
+    pr = sub.add_parser(
+        "probe",
+        help="run shortcut policies (no research) and the oracle; exit 1 if a shortcut earns too much",
+    )
+    pr.add_argument("--suite", default="sandbox", help="suite directory or name (default: sandbox)")
+    pr.add_argument("--rubric", metavar="PATH", help="score every task with this rubric instead of its own")
+    pr.add_argument("--limit", type=int, default=None, help="probe this many tasks, spread over the suite")
+    pr.add_argument(
+        "--shortcut", action="append", metavar="NAME", help="run only these shortcuts (repeatable)"
+    )
+    pr.add_argument("--model", help="judge model (litellm string) for LLM criteria")
+    pr.add_argument("--api-base", help="OpenAI-compatible judge server, e.g. http://127.0.0.1:8000/v1")
+    pr.add_argument(
+        "--max-shortcut", type=float, default=0.05, help="highest mean normalised reward a shortcut may earn"
+    )
+    pr.add_argument(
+        "--min-oracle", type=float, default=0.8, help="lowest mean normalised reward of the oracle"
+    )
+    pr.add_argument("--json", action="store_true", help="print the results as JSON")
+    pr.set_defaults(handler=_probe)
 
 
 def _files(paths: list[str]) -> list[Path]:
@@ -79,8 +99,12 @@ def _show(args: argparse.Namespace) -> int:
             detail = f"regex {g.pattern}"
         elif g.type in ("contains", "not_contains"):
             detail = f"{g.type} {g.text!r}"
-        elif g.type == "number":
-            detail = f"number {g.value:g} {g.unit} ±{g.tolerance:g}".rstrip()
+        elif g.type in ("number", "figure"):
+            detail = f"{g.type} {g.value:g} {g.unit} ±{g.tolerance:g}".replace("  ", " ")
+        elif g.type == "cited_source":
+            detail = f"cited_source ({len(g.sources)} source keys)"
+        if c.requires:
+            detail += f"; requires {', '.join(c.requires)}"
         table.add_row(c.id, c.kind, f"{c.weight:g}", escape(detail), escape(c.text))
     console = Console()
     console.print(table)
@@ -89,3 +113,56 @@ def _show(args: argparse.Namespace) -> int:
         f"max attainable score {r.max_score:g}, min {r.min_score:g}; content hash {r.content_hash[:16]}"
     )
     return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from agentrl.errors import ConfigError
+    from agentrl.judge.rubric import load_rubric
+    from agentrl.rollout.probe import SHORTCUTS, format_table, probe
+
+    unknown = [s for s in args.shortcut or [] if s not in SHORTCUTS]
+    if unknown:
+        raise ConfigError(f"unknown shortcut {unknown[0]!r}; expected one of {', '.join(SHORTCUTS)}")
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be at least 1")
+    rubric = load_rubric(args.rubric) if args.rubric else None
+    judge = {k: v for k, v in (("model", args.model), ("api_base", args.api_base)) if v}
+    res = probe(
+        args.suite,
+        rubric=rubric,
+        shortcuts=args.shortcut,
+        limit=args.limit,
+        judge=judge,
+        max_shortcut=args.max_shortcut,
+    )
+    low_oracle = res.oracle.mean < args.min_oracle
+    if args.json:
+        import json
+
+        rows = [res.oracle, *res.shortcuts]
+        print(
+            json.dumps(
+                {
+                    "tasks": res.tasks,
+                    "max_shortcut": args.max_shortcut,
+                    "min_oracle": args.min_oracle,
+                    "policies": [
+                        {
+                            "policy": r.policy,
+                            "mean": r.mean,
+                            "max": max(r.rewards, default=0.0),
+                            "passed": r.passed,
+                            "judge_errors": r.judge_errors,
+                        }
+                        for r in rows
+                    ],
+                    "failing": [r.policy for r in res.failing] + (["oracle"] if low_oracle else []),
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(format_table(res))
+        if low_oracle:
+            print(f"the oracle earns {res.oracle.mean:.3f}, below --min-oracle {args.min_oracle:g}")
+    return 1 if res.failing or low_oracle else 0

@@ -357,11 +357,12 @@ class ResearchEnv(gymnasium.Env[str, str]):
         """The step reward of the report; sets ``reward_status`` (``scored``, ``needs_judge``,
         ``judge_error``). A failed judge is NaN, never a number that could pass for a score."""
         assert self.task is not None
-        bd = score_report(self.rubric, report, prompt=self.task.prompt)
+        episode = self.trajectory()  # what the agent did: evidence graders read it
+        bd = score_report(self.rubric, report, prompt=self.task.prompt, trajectory=episode)
         if bd is None and self.config.judge == "inline":
             try:
                 bd = score_trajectory_llm(
-                    self.trajectory(),
+                    episode,
                     self.rubric,
                     model=self.config.judge_model or "",
                     api_base=self.config.judge_api_base,

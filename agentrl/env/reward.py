@@ -48,12 +48,22 @@ def is_deterministic(rubric) -> bool:
     return bool(rubric.is_deterministic)
 
 
-def score_report(rubric, report: str, *, prompt: str = "") -> RewardBreakdown | None:
-    """The reward of a final report under a deterministic rubric; None when it needs the LLM judge."""
+def score_report(
+    rubric, report: str, *, prompt: str = "", trajectory: Trajectory | None = None
+) -> RewardBreakdown | None:
+    """The reward of a final report under a deterministic rubric; None when it needs the LLM judge.
+
+    ``trajectory`` is the episode so far: evidence graders read what the agent did from it, as
+    ``agentrl judge`` and replay do from the stored trajectory (``agentrl.judge.evidence``)."""
     if not rubric.is_deterministic:
         return None
     _, score_deterministic = _judge()
-    return score_deterministic(rubric, report, prompt=prompt)
+    evidence = None
+    if trajectory is not None and rubric.uses_evidence:
+        from agentrl.judge.evidence import evidence_of
+
+        evidence = evidence_of(trajectory)
+    return score_deterministic(rubric, report, prompt=prompt, evidence=evidence)
 
 
 def score_trajectory_llm(

@@ -11,17 +11,26 @@ first LLM call, never here, so importing this package is cheap.
 
 from agentrl.judge.cache import VerdictCache
 from agentrl.judge.config import JudgeConfig
+from agentrl.judge.evidence import Evidence, evidence_of
 from agentrl.judge.graders import find_numbers, grade_criterion, score_deterministic
 from agentrl.judge.llm import Judge, make_judge, score_trajectories
 from agentrl.judge.parse import ParsedReply, normalize_verdict, parse_reply
 from agentrl.judge.prompt import build_messages, prompt_hash
 from agentrl.judge.record import record_reward, resolve_rubric, rubric_record
 from agentrl.judge.rubric import Criterion, Rubric, load_rubric, parse_rubric
-from agentrl.judge.score import aggregate, breakdown, map_verdict, normalize, normalized_reward
+from agentrl.judge.score import (
+    aggregate,
+    apply_requires,
+    breakdown,
+    map_verdict,
+    normalize,
+    normalized_reward,
+)
 from agentrl.judge.summary import JudgeSummary, summarize
 
 __all__ = [
     "Criterion",
+    "Evidence",
     "Judge",
     "JudgeConfig",
     "JudgeSummary",
@@ -29,8 +38,10 @@ __all__ = [
     "Rubric",
     "VerdictCache",
     "aggregate",
+    "apply_requires",
     "breakdown",
     "build_messages",
+    "evidence_of",
     "find_numbers",
     "grade_criterion",
     "load_rubric",

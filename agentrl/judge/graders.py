@@ -12,7 +12,9 @@ import re
 
 from agentrl.errors import JudgeError
 from agentrl.judge.bounds import MAX_REPORT_CHARS, Undecided, bounded_search, deadline, worst_verdict
+from agentrl.judge.evidence import Evidence, evidence_holds
 from agentrl.judge.rubric import (
+    EVIDENCE_GRADERS,
     UNIT_WORDS,
     ContainsGrader,
     Criterion,
@@ -56,8 +58,10 @@ def _found(g: ContainsGrader, report: str) -> list[bool]:
     return [(s if g.case_sensitive else s.casefold()) in hay for s in items]
 
 
-def _holds(criterion: Criterion, report: str, until: float) -> bool:
+def _holds(criterion: Criterion, report: str, until: float, evidence: Evidence | None = None) -> bool:
     g = criterion.grader
+    if g.type in EVIDENCE_GRADERS:  # what the agent did: agentrl.judge.evidence (linear-time patterns)
+        return evidence_holds(g, report, evidence)  # type: ignore[arg-type]
     if isinstance(g, RegexGrader):  # the one grader whose time is not linear in the report
         return bounded_search(g.pattern, g.ignore_case, report, until)
     if isinstance(g, NotContainsGrader):  # before ContainsGrader: it is a subclass
@@ -79,12 +83,15 @@ def grade_criterion(
     *,
     rubric_hash: str | None = None,
     until: float | None = None,
+    evidence: Evidence | None = None,
 ) -> CriterionScore:
     """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``.
 
     ``until`` is the ``time.monotonic()`` deadline of the report's grading (``bounds.deadline()``,
     shared by its criteria; default: a fresh one). A criterion the graders cannot decide (time
     out, or a report over ``MAX_REPORT_CHARS``) gets its worst verdict, the reason in ``reasoning``.
+    ``evidence`` (``agentrl.judge.evidence.evidence_of(trajectory)``) is what evidence graders read;
+    without it the agent opened nothing.
     """
     reasoning = None
     try:
@@ -92,7 +99,7 @@ def grade_criterion(
             raise Undecided(
                 f"the report has {len(report)} characters; graders read at most {MAX_REPORT_CHARS}"
             )
-        holds = _holds(criterion, report, deadline() if until is None else until)
+        holds = _holds(criterion, report, deadline() if until is None else until, evidence)
         verdict = "Fully Satisfied" if holds else "Not Satisfied"
     except Undecided as e:
         verdict = worst_verdict(criterion.kind)
@@ -110,13 +117,19 @@ def grade_criterion(
 
 
 def score_deterministic(
-    rubric: Rubric, report: str, *, prompt: str = "", time_limit_s: float | None = None
+    rubric: Rubric,
+    report: str,
+    *,
+    prompt: str = "",
+    time_limit_s: float | None = None,
+    evidence: Evidence | None = None,
 ) -> RewardBreakdown:
     """Score a report against a rubric whose criteria are all deterministic (synchronous, no I/O).
 
-    ``prompt`` is accepted for symmetry with the LLM judge and unused by the graders. The regex
-    criteria share ``time_limit_s`` (default ``bounds.REPORT_TIME_LIMIT_S``). Raises
-    ``JudgeError`` when a criterion needs the LLM judge.
+    ``evidence`` is the episode's (``evidence_of(trajectory)``), read by evidence graders. ``prompt``
+    is accepted for symmetry with the LLM judge and unused by the graders. The regex criteria share
+    ``time_limit_s`` (default ``bounds.REPORT_TIME_LIMIT_S``). Raises ``JudgeError`` when a
+    criterion needs the LLM judge.
     """
     del prompt
     llm = [c.id for c in rubric.criteria if c.is_llm]
@@ -125,5 +138,8 @@ def score_deterministic(
     h, until = rubric.content_hash, deadline(time_limit_s)
     return breakdown(
         rubric,
-        [grade_criterion(c, report, rubric.mapping, rubric_hash=h, until=until) for c in rubric.criteria],
+        [
+            grade_criterion(c, report, rubric.mapping, rubric_hash=h, until=until, evidence=evidence)
+            for c in rubric.criteria
+        ],
     )

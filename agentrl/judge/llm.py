@@ -25,6 +25,7 @@ from agentrl.judge.bounds import deadline
 from agentrl.judge.cache import VerdictCache, cache_key
 from agentrl.judge.client import CallFailed, CallPool, complete
 from agentrl.judge.config import JudgeConfig
+from agentrl.judge.evidence import evidence_of
 from agentrl.judge.graders import grade_criterion
 from agentrl.judge.parse import parse_reply
 from agentrl.judge.prompt import JudgeInput, build_messages, judge_input, prompt_hash
@@ -172,8 +173,11 @@ class Judge:
             max_source_chars=cfg.max_source_chars,
         )
         until = deadline()  # one time budget for the report's deterministic criteria
+        evidence = evidence_of(trajectory) if rubric.uses_evidence else None
         graded = [
-            grade_criterion(c, inp.report, rubric.mapping, rubric_hash=rubric.content_hash, until=until)
+            grade_criterion(
+                c, inp.report, rubric.mapping, rubric_hash=rubric.content_hash, until=until, evidence=evidence
+            )
             for c in rubric.criteria
             if not c.is_llm
         ]

@@ -32,8 +32,10 @@ from agentrl.errors import RubricError
 from agentrl.judge.bounds import compile_pattern
 
 __all__ = [
+    "CitedSourceGrader",
     "ContainsGrader",
     "Criterion",
+    "FigureGrader",
     "Grader",
     "LLMGrader",
     "NotContainsGrader",
@@ -132,6 +134,12 @@ class NotContainsGrader(ContainsGrader):
     type: Literal["not_contains"]  # type: ignore[assignment]
 
 
+def _unit_ok(v: str) -> str:
+    if v.strip().lower() not in UNIT_WORDS:
+        raise ValueError(f"unknown unit {v!r}; expected one of {sorted(k for k in UNIT_WORDS if k)}")
+    return v.strip().lower()
+
+
 class NumberGrader(_Strict):
     """Fully Satisfied when the report states ``value`` (times ``unit``) within the tolerance.
 
@@ -150,15 +158,61 @@ class NumberGrader(_Strict):
     @field_validator("unit")
     @classmethod
     def _known_unit(cls, v: str) -> str:
-        if v.strip().lower() not in UNIT_WORDS:
-            raise ValueError(f"unknown unit {v!r}; expected one of {sorted(k for k in UNIT_WORDS if k)}")
-        return v.strip().lower()
+        return _unit_ok(v)
+
+
+class FigureGrader(_Strict):
+    """Evidence: the report states the asked figure, as the one figure for it, seen in a tool result.
+
+    Fully Satisfied when the report states ``value`` (times ``unit``, tolerances as for ``number``),
+    states no *other* figure within a factor ``band`` of it that the agent never saw in a tool
+    result (a spray of guesses, or a second estimate of the same quantity, earns nothing), and,
+    with ``sourced``, the figure itself appears in a tool result of the episode (no reward for a
+    figure the agent did not find). With a ``unit``, only amounts with a currency sign or a scale
+    word count as figures (``$12.3 billion``, ``12.3bn``); without one, every number but a year.
+    """
+
+    type: Literal["figure"]
+    value: float = Field(allow_inf_nan=False)
+    unit: str = ""
+    tolerance: float = Field(default=0.01, ge=0, allow_inf_nan=False)
+    abs_tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    band: float = Field(default=1.5, ge=1.0, allow_inf_nan=False)
+    sourced: bool = True
+
+    @field_validator("unit")
+    @classmethod
+    def _known_unit(cls, v: str) -> str:
+        return _unit_ok(v)
+
+
+class CitedSourceGrader(_Strict):
+    """Evidence: every ``\\cite{key}`` names a page the agent opened, and that page prints the figures
+    the citation is attached to (the figures between the previous citation and this one).
+
+    A key names a page by its URL, or through ``sources`` (cite key → URL, e.g. a corpus id).
+    Fully Satisfied when the report has at least one citation, each cited key names a page opened
+    in this episode (an ``open_url`` call that returned the page), every figure attached to a
+    citation is printed on one of the pages it cites, and at least one citation carries a figure.
+    """
+
+    type: Literal["cited_source"]
+    sources: dict[str, str] = Field(default_factory=dict)
 
 
 Grader = Annotated[
-    LLMGrader | RegexGrader | ContainsGrader | NotContainsGrader | NumberGrader,
+    LLMGrader
+    | RegexGrader
+    | ContainsGrader
+    | NotContainsGrader
+    | NumberGrader
+    | FigureGrader
+    | CitedSourceGrader,
     Field(discriminator="type"),
 ]
+
+#: Grader types that read what the agent did (the trajectory), not only the report.
+EVIDENCE_GRADERS: tuple[str, ...] = ("figure", "cited_source")
 
 
 class Criterion(_Strict):
@@ -169,6 +223,8 @@ class Criterion(_Strict):
     weight: float = Field(allow_inf_nan=False)
     kind: Literal["positive", "negative"] = "positive"
     grader: Grader = Field(default_factory=LLMGrader)
+    requires: list[Id] = Field(default_factory=list)
+    """Ids of positive criteria that must hold (be Fully Satisfied) for this one to count."""
 
     @field_validator("text")
     @classmethod
@@ -214,6 +270,23 @@ class Rubric(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _requires_ok(self) -> Rubric:
+        by_id = {c.id: (i, c) for i, c in enumerate(self.criteria)}
+        for i, c in enumerate(self.criteria):
+            for r in c.requires:
+                if r not in by_id:
+                    raise ValueError(f"[{i}].requires: unknown criterion {r!r}")
+                if by_id[r][1].kind != "positive":
+                    raise ValueError(
+                        f"[{i}].requires: {r!r} is a negative criterion; only positive ones can hold"
+                    )
+        cycle = _find_cycle({c.id: list(c.requires) for c in self.criteria})
+        if cycle:
+            i = by_id[cycle[0]][0]
+            raise ValueError(f"[{i}].requires: cycle {' -> '.join(cycle)}")
+        return self
+
+    @model_validator(mode="after")
     def _normalizable(self) -> Rubric:
         if self.aggregation == "normalized" and not any(c.weight > 0 for c in self.criteria):
             raise ValueError("criteria: 'normalized' aggregation needs at least one positive criterion")
@@ -224,6 +297,11 @@ class Rubric(_Strict):
         """sha256 (hex) of the rubric's canonical JSON: same content, same hash, whatever the YAML layout."""
         canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+    @property
+    def uses_evidence(self) -> bool:
+        """True when a criterion reads the trajectory (pages opened, tool results), not only the report."""
+        return any(c.grader.type in EVIDENCE_GRADERS for c in self.criteria)
 
     @property
     def is_deterministic(self) -> bool:
@@ -243,6 +321,33 @@ class Rubric(_Strict):
         if self.aggregation == "normalized":
             return 0.0
         return sum(c.weight for c in self.criteria if c.weight < 0)
+
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """A cycle of ``requires`` edges as ``[a, b, ..., a]``, or None (iterative DFS, colours)."""
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    for start in graph:
+        if state.get(start):
+            continue
+        stack: list[tuple[str, int]] = [(start, 0)]
+        path: list[str] = [start]
+        state[start] = 1
+        while stack:
+            node, k = stack[-1]
+            if k < len(graph[node]):
+                stack[-1] = (node, k + 1)
+                nxt = graph[node][k]
+                if state.get(nxt) == 1:
+                    return [*path[path.index(nxt) :], nxt]
+                if not state.get(nxt):
+                    state[nxt] = 1
+                    stack.append((nxt, 0))
+                    path.append(nxt)
+            else:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+    return None
 
 
 # ---- YAML with positions -----------------------------------------------------------------------
@@ -304,6 +409,9 @@ def _clean_loc(loc: tuple[Any, ...]) -> Path_:
     return tuple(out)
 
 
+_TYPES = "llm, regex, contains, not_contains, number, figure, cited_source"
+
+
 def _validate(data: Any, source: str, marks: dict[Path_, tuple[int, int]]) -> Rubric:
     if not isinstance(data, dict):
         raise RubricError(
@@ -317,6 +425,7 @@ def _validate(data: Any, source: str, marks: dict[Path_, tuple[int, int]]) -> Ru
         msg = str(err["msg"]).removeprefix("Value error, ")
         # Our validators name the sub-field they are about ("weight: ..." or "[2].id: ...").
         if m := re.match(r"^\[(\d+)\]\.(\w+): (.*)$", msg, re.S):
+            path = path or ("criteria",)  # a model-level check (``requires``) names no field
             path, msg = (*path, int(m.group(1)), m.group(2)), m.group(3)
         elif (m := re.match(r"^(weight|criteria): (.*)$", msg, re.S)) is not None:
             path = path if path[-1:] == (m.group(1),) else (*path, m.group(1))
@@ -326,9 +435,9 @@ def _validate(data: Any, source: str, marks: dict[Path_, tuple[int, int]]) -> Ru
         elif err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "union_tag_not_found":
-            msg = "a grader needs a 'type' (llm, regex, contains, not_contains, number)"
+            msg = f"a grader needs a 'type' ({_TYPES})"
         elif err["type"] == "union_tag_invalid":
-            msg = "unknown grader type; expected one of llm, regex, contains, not_contains, number"
+            msg = f"unknown grader type; expected one of {_TYPES}"
         raise RubricError(f"{_locate(path, marks, source)}: {_fmt_path(path)}: {msg}") from None
 
 

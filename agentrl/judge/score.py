@@ -28,6 +28,7 @@ __all__ = [
     "AGGREGATIONS",
     "MAPPINGS",
     "aggregate",
+    "apply_requires",
     "breakdown",
     "map_verdict",
     "normalize",
@@ -112,6 +113,40 @@ def normalized_reward(reward: RewardBreakdown | Trajectory) -> float:
     return normalize(r.total, r.aggregation, sum(c.weight for c in r.criteria if c.weight > 0))
 
 
+def apply_requires(rubric, criteria: Sequence[CriterionScore]) -> list[CriterionScore]:
+    """The graded criteria with each criterion's ``requires`` applied, in the given order.
+
+    A criterion counts only when every criterion it requires holds (is Fully Satisfied, after its
+    own requirements): otherwise its verdict becomes Not Satisfied, score 0, and its reasoning says
+    which requirement failed and what it was graded before. Requirements are acyclic (the rubric
+    checks), so resolving them in dependency order terminates; a requirement left ungraded holds not.
+    """
+    by_id = {c.id: c for c in criteria}
+    needs = {c.id: list(getattr(c, "requires", []) or []) for c in rubric.criteria}
+    done: dict[str, CriterionScore] = {}
+
+    def resolve(cid: str) -> CriterionScore | None:
+        if cid in done or cid not in by_id:
+            return done.get(cid)
+        c = by_id[cid]
+        failed = [
+            r for r in needs.get(cid, []) if (g := resolve(r)) is None or g.verdict != "Fully Satisfied"
+        ]
+        if failed and (c.score != 0 or c.verdict != "Not Satisfied"):
+            was = f"graded {c.verdict}" + (f": {c.reasoning}" if c.reasoning else "")
+            c = c.model_copy(
+                update={
+                    "verdict": "Not Satisfied",
+                    "score": 0.0,
+                    "reasoning": f"requires {', '.join(failed)}, which does not hold ({was})",
+                }
+            )
+        done[cid] = c
+        return c
+
+    return [resolve(c.id) or c for c in criteria]
+
+
 def breakdown(
     rubric,
     criteria: Sequence[CriterionScore],
@@ -126,10 +161,11 @@ def breakdown(
 ) -> RewardBreakdown:
     """The ``RewardBreakdown`` of a rubric from its graded criteria, in rubric order.
 
-    When ``error`` is given, or a criterion of the rubric has no score, the status is
+    Each criterion's ``requires`` is applied here (``apply_requires``), the one place every path
+    goes through. When ``error`` is given, or a criterion of the rubric has no score, the status is
     ``judge_error`` and the total is null: a failed judge never becomes a 0 or a 1.
     """
-    by_id = {c.id: c for c in criteria}
+    by_id = {c.id: c for c in apply_requires(rubric, criteria)}
     ordered = [by_id[c.id] for c in rubric.criteria if c.id in by_id]
     missing = [c.id for c in rubric.criteria if c.id not in by_id]
     if missing and error is None:

@@ -33,6 +33,8 @@ RIGHT = (
 )
 WRONG = "Google's full-year 2025 revenue is $5 trillion \\cite{gossip-alphabet-2025}."
 SEARCH = {"query": "Alphabet Q1 2025 Google Cloud revenue"}
+Q1_URL = "https://abc.xyz/investor/news/2025-04-24-q1-2025-results"
+GOSSIP_URL = "https://buzzstock-gossip.example/t/google-2025-revenue-5-trillion"
 
 
 def hermes(*calls: tuple[str, dict]) -> str:
@@ -101,11 +103,16 @@ EPISODES: dict[str, tuple[list, str | None, float, int, int]] = {
 }
 
 
+def open_both() -> str:
+    """The research first: both reports cite a page, and the rubric pays a citation only of a page opened."""
+    return hermes(("open_url", {"url": Q1_URL}), ("open_url", {"url": GOSSIP_URL}))
+
+
 def run_episode(turns: list, **config) -> tuple[Trajectory, float, dict]:
-    env = ResearchEnv({"suite": str(ALPHABET), "budgets": {"max_turns": 3}, **config})
+    env = ResearchEnv({"suite": str(ALPHABET), "budgets": {"max_turns": 4}, **config})
     env.reset(options={"task": TASK})
     reward, info, done = 0.0, {}, False
-    for turn in turns:
+    for turn in [open_both(), *turns]:
         assert not done, "the episode ended before its last turn"
         _, reward, term, trunc, info = env.step(turn)
         done = term or trunc
@@ -125,7 +132,7 @@ def test_the_env_takes_the_first_valid_answer_of_an_uncut_turn(episodes, name):
     assert step_reward == pytest.approx(reward) and traj.reward.total == pytest.approx(reward)
     assert traj.final_report() == (report or "")
     assert traj.info["status"] == ("answered" if report else "unanswered")
-    assert traj.info["tool_calls"] == ran and traj.info["calls_after_answer"] == after
+    assert traj.info["tool_calls"] == ran + 2 and traj.info["calls_after_answer"] == after
     if report is None:  # recorded once, by the env: reward 0 with the reason
         assert info["reward_status"] == "unanswered" and traj.info["truncated_reason"] == "max_turns"
         assert traj.reward.error == "no final answer (max_turns)"
@@ -136,6 +143,7 @@ def test_the_env_takes_the_first_valid_answer_of_an_uncut_turn(episodes, name):
 def test_cut_turns_get_an_error_observation_and_are_counted(episodes):
     traj, _, _ = episodes["cut_then_out_of_turns"]
     errors = [m.text for m in traj.messages if m.role == "tool"]
+    errors = errors[2:]  # after the two pages opened
     assert traj.info["cut_turns"] == 2 and len(errors) == 3
     assert "token limit" in errors[0] and "not a final answer" in errors[0]
     assert "token limit" in errors[1] and "answer is not taken" in errors[1]
@@ -191,11 +199,12 @@ def test_other_families_formats_are_never_a_report(fmt):
 def test_auto_tool_format_runs_them(fmt):
     env = ResearchEnv({"suite": str(ALPHABET), "tool_format": "auto"})
     env.reset(options={"task": TASK})
+    env.step(open_both())
     _, reward, term, _, info = env.step(FOREIGN[fmt] % REPORT)
     traj = env.trajectory()
     assert term and reward == pytest.approx(2.5) and info["format_errors"] == 0
     assert traj.final_report() == REPORT.replace("\\\\", "\\")
-    assert traj.messages[2].tool_call_format is not None  # calls in the text: not rendered twice
+    assert traj.messages[-1].tool_call_format is not None  # calls in the text: not rendered twice
 
 
 def test_auto_runs_a_foreign_search_and_hermes_still_works_everywhere():
@@ -203,6 +212,7 @@ def test_auto_runs_a_foreign_search_and_hermes_still_works_everywhere():
     env.reset(options={"task": TASK})
     obs, _, term, _, info = env.step('[TOOL_CALLS]search[ARGS]{"query": "Alphabet Q1 2025 Google Cloud"}')
     assert not term and info["tool_calls"] == 1 and "abc.xyz" in obs
+    env.step(open_both())
     _, reward, term, _, _ = env.step(call("answer", report=RIGHT))
     assert term and reward == pytest.approx(2.5)
 

@@ -113,7 +113,7 @@ def test_llm_rubric_is_judged_in_a_batch_at_the_end(tmp_path):
         assert s.judged == 1 and s.episodes == 1
         (traj,) = list(read_trajectories(out))
         assert traj.reward.status == "ok" and traj.reward.total == 2.5
-        assert {c.id: c.grader for c in traj.reward.criteria}["citation"] == "regex"
+        assert {c.id: c.grader for c in traj.reward.criteria}["citation"] == "cited_source"
         assert server.requests and server.requests[0]["model"] == "judge-model"
     finally:
         server.close()
@@ -161,6 +161,7 @@ def test_inline_llm_judge_scores_in_step():
         }
         env = ResearchEnv(cfg)
         env.reset(options={"task": "alphabet-2025-cloud-llm"})
+        env.step(call("open_url", url="https://abc.xyz/investor/news/2025-04-24-q1-2025-results"))
         report = "Q1 2025 only; the full year is not out yet. Cloud revenue $12.3 billion \\cite{alphabet-q1-2025}."
         _, reward, term, _, info = env.step(call("answer", report=report))
         assert term and reward == 2.5 and not info["needs_judge"]

@@ -18,8 +18,24 @@ GOOD_REPORT = (
 )
 GOSSIP_REPORT = (
     "Alphabet's 2025 revenue reached $5 trillion full-year revenue, with Google Cloud leading the growth "
-    "\\cite{gossip-2025}."
+    "\\cite{gossip-alphabet-2025}."
 )
+Q1_URL = "https://abc.xyz/investor/news/2025-04-24-q1-2025-results"
+GOSSIP_URL = "https://buzzstock-gossip.example/t/google-2025-revenue-5-trillion"
+#: The page each reference report was written from, as the env shows it (the rubrics pay a
+#: citation only of a page the agent opened that prints the cited figure).
+PAGES = {
+    GOOD_REPORT: (
+        Q1_URL,
+        f"Title: Alphabet Announces First Quarter 2025 Results\nURL: {Q1_URL}\nPage 1 of 1\n\n"
+        "Google Cloud revenue for Q1 2025 was $12.3 billion, up 28% year over year.",
+    ),
+    GOSSIP_REPORT: (
+        GOSSIP_URL,
+        f"Title: LEAKED: Google's 2025 financial results\nURL: {GOSSIP_URL}\nPage 1 of 1\n\n"
+        "An insider says Alphabet's full-year 2025 revenue is $5 trillion.",
+    ),
+}
 
 
 def make_trajectory(
@@ -29,10 +45,17 @@ def make_trajectory(
     prompt: str = "Summarise Google's 2025 financial results, focusing on Google Cloud revenue.",
     info: dict | None = None,
     sources: list[str] | None = None,
+    urls: list[str] | None = None,
 ) -> Trajectory:
-    """A small trajectory: a user prompt, optional open_url calls with their pages, and the final report."""
+    """A small trajectory: a user prompt, open_url calls with their pages, and the final report.
+
+    Without ``sources``, a reference report (``PAGES``) comes after opening the page it was written from.
+    """
     messages: list[dict] = [{"role": "user", "content": prompt}]
+    if sources is None and report in PAGES:
+        urls, sources = [PAGES[report][0]], [PAGES[report][1]]
     for i, page in enumerate(sources or []):
+        url = urls[i] if urls else f"https://example.com/{i}"
         messages.append(
             {
                 "role": "assistant",
@@ -43,7 +66,7 @@ def make_trajectory(
                         "type": "function",
                         "function": {
                             "name": "open_url",
-                            "arguments": f'{{"url": "https://example.com/{i}"}}',
+                            "arguments": f'{{"url": "{url}"}}',
                         },
                     }
                 ],

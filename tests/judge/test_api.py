@@ -30,6 +30,7 @@ def test_exported_members():
         "cache",
         "client",
         "config",
+        "evidence",
         "graders",
         "llm",
         "parse",

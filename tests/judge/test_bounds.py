@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.judge import Judge, JudgeConfig, load_rubric, parse_rubric, score_deterministic
+from agentrl.judge import Judge, JudgeConfig, evidence_of, load_rubric, parse_rubric, score_deterministic
 from agentrl.judge.bounds import MAX_REPORT_CHARS
 from agentrl.judge.graders import grade_criterion
 from tests.judge.conftest import GOOD_REPORT, GOSSIP_REPORT, make_trajectory
@@ -105,8 +105,9 @@ def test_llm_judge_path_grades_undecided_criteria_the_same_way(monkeypatch):
 def test_report_over_the_cap_gets_the_worst_verdicts():
     rubric = load_rubric(ROOT / "rubrics" / "alphabet-2025-q1-cloud-offline.yaml")
     pad = " " * (MAX_REPORT_CHARS - len(GOOD_REPORT))
-    assert score_deterministic(rubric, GOOD_REPORT + pad).total == 2.5  # exactly at the cap: read
-    over = score_deterministic(rubric, GOOD_REPORT + pad + " ")
+    opened = evidence_of(make_trajectory(GOOD_REPORT))  # the agent opened the page it cites
+    assert score_deterministic(rubric, GOOD_REPORT + pad, evidence=opened).total == 2.5  # at the cap: read
+    over = score_deterministic(rubric, GOOD_REPORT + pad + " ", evidence=opened)
     assert over.total == 0.0 and over.status == "ok"
     assert all("graders read at most 50000" in c.reasoning for c in over.criteria)
     flaw = parse_rubric(

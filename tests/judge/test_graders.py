@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.errors import JudgeError
-from agentrl.judge import find_numbers, load_rubric, parse_rubric, score_deterministic
-from tests.judge.conftest import GOOD_REPORT, GOSSIP_REPORT
+from agentrl.judge import evidence_of, find_numbers, load_rubric, parse_rubric, score_deterministic
+from tests.judge.conftest import GOOD_REPORT, GOSSIP_REPORT, make_trajectory
 
 RUBRICS = Path(__file__).resolve().parents[2] / "rubrics"
 
@@ -83,8 +83,9 @@ def test_negative_deterministic_criterion_subtracts_when_the_flaw_is_present():
 
 def test_reference_3_offline_rubric_gives_exactly_2_5_and_0_5():
     rubric = load_rubric(RUBRICS / "alphabet-2025-q1-cloud-offline.yaml")
-    good = score_deterministic(rubric, GOOD_REPORT)
-    gossip = score_deterministic(rubric, GOSSIP_REPORT)
+    # each report comes after opening the page it was written from (the Q1 release, the gossip page)
+    good = score_deterministic(rubric, GOOD_REPORT, evidence=evidence_of(make_trajectory(GOOD_REPORT)))
+    gossip = score_deterministic(rubric, GOSSIP_REPORT, evidence=evidence_of(make_trajectory(GOSSIP_REPORT)))
     assert good.total == 2.5 and good.status == "ok"
     assert gossip.total == 0.5
     assert [(c.id, c.verdict) for c in gossip.criteria] == [
@@ -92,7 +93,9 @@ def test_reference_3_offline_rubric_gives_exactly_2_5_and_0_5():
         ("temporal", "Not Satisfied"),
         ("citation", "Fully Satisfied"),
     ]
-    assert good.rubric_hash == rubric.content_hash and good.criteria[0].grader == "number"
+    assert good.rubric_hash == rubric.content_hash and good.criteria[0].grader == "figure"
+    # the same reports with no research behind them earn nothing
+    assert score_deterministic(rubric, GOOD_REPORT).total == 0.0
 
 
 def test_score_deterministic_refuses_llm_criteria():

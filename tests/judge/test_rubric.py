@@ -40,7 +40,7 @@ def test_reference_rubric_shape():
     assert [(c.id, c.weight, c.grader.type) for c in r.criteria] == [
         ("accuracy", 1.0, "llm"),
         ("temporal", 1.0, "llm"),
-        ("citation", 0.5, "regex"),
+        ("citation", 0.5, "cited_source"),
     ]
     assert (r.mapping, r.aggregation, r.max_score, r.is_deterministic) == (
         "strict",

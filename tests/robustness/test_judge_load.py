@@ -88,7 +88,7 @@ def test_rollout_with_a_flaky_judge_writes_every_episode_once_scored_or_judge_er
     from collections import Counter
 
     from agentrl.env.sandbox import build
-    from agentrl.judge import parse_rubric
+    from agentrl.judge import breakdown, evidence_of, parse_rubric
     from agentrl.judge.graders import grade_criterion
     from agentrl.trajectory import read_trajectories
     from tests.robustness.flaky_judge import ROOT
@@ -118,12 +118,11 @@ def test_rollout_with_a_flaky_judge_writes_every_episode_once_scored_or_judge_er
         # The fake judge finds no backticked phrase in the LLM criterion: Not Satisfied, score 0.
         rubric = parse_rubric(t.info["rubric"])
         assert rubric.aggregation == "weighted_sum"
-        report = t.final_report()
-        expected = sum(
-            c.weight * grade_criterion(c, report, rubric.mapping).score
-            for c in rubric.criteria
-            if not c.is_llm
-        )
+        report, seen = t.final_report(), evidence_of(t)  # evidence graders read what the agent did
+        graded = [
+            grade_criterion(c, report, rubric.mapping, evidence=seen) for c in rubric.criteria if not c.is_llm
+        ]
+        expected = breakdown(rubric, graded + [c for c in r.criteria if c.grader == "llm"]).total
         assert [c.verdict for c in r.criteria if c.grader == "llm"] == ["Not Satisfied"]
         assert abs(r.total - expected) < 1e-9, (t.id, r.total, expected)
     assert status["ok"] >= 25, status

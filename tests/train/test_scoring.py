@@ -9,20 +9,31 @@ from agentrl.judge import load_rubric
 from agentrl.tokens import Expander
 from agentrl.train.config import TrainJudgeConfig
 from agentrl.train.scoring import StepJudge, build_batch, normalized_reward
-from agentrl.trajectory import CriterionScore, Message, RewardBreakdown, Trajectory
+from agentrl.trajectory import CriterionScore, FunctionCall, Message, RewardBreakdown, ToolCall, Trajectory
 from tests.tokens.fixtures import make_tokenizer_cached
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
-def _traj(i, reward, report="Q1 2025 Google Cloud revenue was $12.3 billion \\cite{release}."):
+def _traj(i, reward, report="Q1 2025 Google Cloud revenue was $12.3 billion \\cite{release}.", opened=None):
+    """``opened``: (url, page text) of a page the agent opened before answering."""
     tok = make_tokenizer_cached("chatml")
     ids = [*tok.encode(report, add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
+    research = []
+    if opened is not None:
+        call = ToolCall(
+            id="c1", function=FunctionCall(name="open_url", arguments=f'{{"url": "{opened[0]}"}}')
+        )
+        research = [
+            Message(role="assistant", content="", tool_calls=[call]),
+            Message(role="tool", tool_call_id="c1", content=f"URL: {opened[0]}\n\n{opened[1]}"),
+        ]
     return Trajectory(
         id=f"t{i}",
         task_id="alphabet-2025-cloud",
         messages=[
             Message(role="user", content="Summarise."),
+            *research,
             Message(role="assistant", content=report, token_ids=ids),
         ],
         reward=reward,
@@ -57,7 +68,16 @@ def test_build_batch_drops_judge_errors_and_places_the_normalised_reward():
 
 def test_judge_rescoring_with_a_rubric_override_and_the_llm_requirement():
     rubric = ROOT / "rubrics" / "alphabet-2025-q1-cloud-offline.yaml"
-    trajs = [_traj(0, None), _traj(1, None, report="Revenue was $5 trillion \\cite{gossip}.")]
+    q1, gossip = "https://abc.xyz/investor/news/2025-04-24-q1-2025-results", "https://gossip.example/t/5"
+    trajs = [
+        _traj(
+            0,
+            None,
+            f"Q1 2025 Google Cloud revenue was $12.3 billion \\cite{{{q1}}}.",
+            (q1, "Cloud: $12.3 billion"),
+        ),
+        _traj(1, None, f"Revenue was $5 trillion \\cite{{{gossip}}}.", (gossip, "Revenue: $5 trillion!")),
+    ]
     judge = StepJudge(TrainJudgeConfig(rubric=str(rubric)))
     judge.score(trajs)
     judge.close()

@@ -18,7 +18,7 @@ from agentrl.env.cache_dir import cache_dir
 __all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "build", "materialize"]
 
 #: Bump when the generator's output changes, so cached builds are not reused.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 
 _ENV_YAML = """\
 # Generated sandbox suite (agentrl sandbox build). Defaults for the env; a run's config overrides them.

@@ -1,10 +1,16 @@
-"""Sandbox tasks: questions about the world with ground truth and a deterministic rubric.
+r"""Sandbox tasks: questions about the world with ground truth and a deterministic rubric.
 
 Four families: a quarter's figure, a full year's revenue, and two time traps — summarising a year
 that is not over at the task date (only the latest quarter is reported), and asking for a quarter
 whose results are not out yet. Every rubric has the same shape: accuracy (1.0), period/temporal
-(1.0), citation format (0.5), and a negative criterion for stating a rumoured or predicted figure
+(1.0), citation (0.5), and a negative criterion for stating a rumoured or predicted figure
 (-1.0), so the best report scores 2.5.
+
+No reward without research: ``accuracy`` is a ``figure`` grader (the asked figure, found in a tool
+result, and no spray of other figures near it); ``citation`` is a ``cited_source`` grader (each
+``\cite{}`` names a page the agent opened that prints the cited figure) and requires accuracy;
+``temporal`` requires accuracy, and on the traps also the citation ("not yet published" counts
+only together with the latest reported figure and its source).
 """
 
 from __future__ import annotations
@@ -21,12 +27,22 @@ __all__ = ["MAX_SCORE", "make_tasks"]
 
 MAX_SCORE = 2.5
 _NOT_YET = r"\b(?:not\s+(?:yet\s+)?(?:been\s+)?(?:published|released|reported|available|out)|not\s+yet)\b"
-_CITE = r"\\cite\{[^}]+\}"
 
 
 def _fig_re(text: str) -> str:
     """A regex matching a printed figure such as ``$12.3 billion`` (optional space after ``$``)."""
     return r"\$\s?" + re.escape(text[1:]).replace(r"\ ", r"\s*")
+
+
+def _figure_grader(figure: str) -> dict[str, Any]:
+    """The ``figure`` grader of a printed amount such as ``$12.3 billion``."""
+    value, unit = figure.removeprefix("$").split(" ", 1)
+    return {"type": "figure", "value": float(value), "unit": unit, "tolerance": 0.001}
+
+
+def _sources(pages: dict[str, dict[str, Any]], ids: list[str]) -> dict[str, str]:
+    """Cite key → URL of the pages about the task, so that ``\\cite{<id>}`` names the page."""
+    return {i: pages[i]["url"] for i in sorted(set(ids)) if i in pages}
 
 
 def _rubric(
@@ -37,25 +53,29 @@ def _rubric(
     period_re: str,
     period_text: str,
     distractors: list[str],
+    sources: dict[str, str],
+    trap: bool = False,
 ) -> dict[str, Any]:
     crit: list[dict[str, Any]] = [
         {
             "id": "accuracy",
-            "text": acc_text,
+            "text": acc_text + " It is the one figure given for it, as found in the sources opened.",
             "weight": 1.0,
-            "grader": {"type": "regex", "pattern": _fig_re(figure)},
+            "grader": _figure_grader(figure),
         },
         {
             "id": "temporal",
             "text": period_text,
             "weight": 1.0,
             "grader": {"type": "regex", "pattern": period_re},
+            "requires": ["accuracy", "citation"] if trap else ["accuracy"],
         },
         {
             "id": "citation",
-            "text": "Cites sources in \\cite{} format.",
+            "text": "Cites, in \\cite{} format, a page it opened that prints the figure cited.",
             "weight": 0.5,
-            "grader": {"type": "regex", "pattern": _CITE},
+            "grader": {"type": "cited_source", "sources": sources},
+            "requires": ["accuracy"],
         },
     ]
     bad = sorted({d for d in distractors if d != figure})
@@ -151,6 +171,7 @@ def _quarterly(c: Company, qt: Quarter, metric: str, rng: random.Random, pages: 
         period_re,
         f"Labels the figure as {qt.label}.",
         [d["figure"] for d in dis],
+        _sources(pages, [*source_ids(c, qt).values()]),
     )
     report = f"{poss(c.name)} {mlabel} in {qt.label} was <FIGURE>, according to its official results release \\cite{{<CITE>}}."
     return _task(
@@ -189,6 +210,7 @@ def _annual(c: Company, year: int, rng: random.Random, pages: dict) -> dict[str,
         period_re,
         f"Labels the figure as full-year {year}.",
         [d["figure"] for d in dis],
+        _sources(pages, [*source_ids(c, q4).values(), pid, gid, f"{c.slug}-annual-{year}"]),
     )
     report = f"{poss(c.name)} full-year {year} revenue was <FIGURE>, as stated in its Q4 {year} results release \\cite{{<CITE>}}."
     return _task(
@@ -227,6 +249,8 @@ def _summary_trap(c: Company, year: int, n: int, rng: random.Random, pages: dict
         f"Says the full-year {year} results are not out yet at {day} and labels the figures as "
         f"{qt.label}, not full year.",
         [d["figure"] for d in dis],
+        _sources(pages, [*source_ids(c, qt).values(), pid, gid]),
+        trap=True,
     )
     report = (
         f"{poss(c.name)} full-year {year} results have not been published yet as of {day}; the latest official "
@@ -266,6 +290,8 @@ def _quarter_trap(
         f"Says the {asked.label} results are not out yet at {day} and labels the figure "
         f"given as {prev.label}.",
         [d["figure"] for d in dis],
+        _sources(pages, [*source_ids(c, prev).values(), *source_ids(c, asked).values()]),
+        trap=True,
     )
     report = (
         f"{c.name} has not published its {asked.label} results yet as of {day}. The latest official figure is "
