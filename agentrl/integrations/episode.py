@@ -116,13 +116,14 @@ async def run_episode(
     could not score go to ``judge`` (``agentrl.judge.Judge``), whose failures stay ``judge_error``.
     """
 
-
     async def turn(req: Request) -> Generation:
         assert req.prompt_ids is not None and req.max_tokens is not None
         return await generate(req.prompt_ids, req.max_tokens)
 
     spec = engine_spec(task, seed, episode_id)
-    res = await run_loop(env, spec, turn, expander=expander, limits=engine_limits(max_new_tokens, max_completion_tokens))
+    res = await run_loop(
+        env, spec, turn, expander=expander, limits=engine_limits(max_new_tokens, max_completion_tokens)
+    )
     return await to_episode(res, expander, judge)
 
 

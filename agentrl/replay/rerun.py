@@ -97,7 +97,8 @@ def rerun(
     oracle = OraclePolicy(noise=noise) if policy == "oracle" else None
     new_trajs: list[Trajectory] = []
     results: list[RerunResult] = []
-    for old in trajs:
+
+    async def one(old: Trajectory) -> None:
         seed = old.info.get("seed")
         seed = int(seed) if isinstance(seed, int) else None
         try:
@@ -113,7 +114,7 @@ def rerun(
             generate = policy_generate(oracle)
         info = {k: old.info[k] for k in ("sample", "seed", "step") if k in old.info}
         info["policy"] = "stored" if oracle is None else oracle.name
-        res = asyncio.run(run_episode(env, EpisodeSpec(old.id, task, seed, info), generate))
+        res = await run_episode(env, EpisodeSpec(old.id, task, seed, info), generate)
         new, note = res.trajectory, None
         if oracle is None and res.stop_reason is not None:
             note = f"the stored turns ran out after turn {played[0]}; the episode was not over"
@@ -136,6 +137,12 @@ def rerun(
             )
         )
         new_trajs.append(new)
+
+    async def all_in_order() -> None:
+        for old in trajs:
+            await one(old)
+
+    asyncio.run(all_in_order())
     return new_trajs, results
 
 

@@ -98,6 +98,11 @@ class EpisodeSpec:
     seed: int | None
     info: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def sample(self) -> int | None:
+        """The sample index within the task's group, as recorded in ``info`` (None when not)."""
+        return self.info.get("sample")
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -348,4 +353,3 @@ def trim(gen: Sampled, max_tokens: int | None, stops: Collection[int]) -> Genera
     ids = ids[:max_tokens]
     finish = "stop" if ids and ids[-1] in stops else "length"
     return Generation(ids, None if lps is None else list(lps)[:max_tokens], finish)
-

@@ -87,7 +87,9 @@ class RolloutSummary:
         }
 
 
-async def run_policy_episode(env: ResearchEnv, policy: Policy, task: Task, sample: int, seed: int) -> Trajectory:
+async def run_policy_episode(
+    env: ResearchEnv, policy: Policy, task: Task, sample: int, seed: int
+) -> Trajectory:
     """One episode of ``task`` with ``policy`` on ``env`` in the episode loop; returns its trajectory
     (id ``task#sample``, reset seed ``episode_seed(seed, task.id, sample)``; ``info`` records the
     sample, that seed and the policy's name)."""

@@ -316,6 +316,29 @@ class Trainer:
                 specs.append(EpisodeSpec(f"{t.id}#{s}", t, seed, {"sample": s, "seed": seed}))
         return specs
 
+    def _rollout(self, jobs: list[EpisodeSpec]) -> list[Trajectory]:
+        """The step's episodes through the episode loop: the HF sampler in lock-step, or vLLM."""
+        r = self.cfg.rollout
+        limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
+        loop = dict(expander=self.expander, stop_ids=self.stop_ids, limits=limits, executor=self.pool)
+        if r.engine == "vllm":
+            from agentrl.train.vllm_engine import vllm_engine
+
+            results = vllm_engine(self).run_episodes(
+                self.envs, jobs, temperature=r.temperature, top_p=r.top_p, **loop
+            )
+        else:  # FSDP: the weights are gathered once, so ranks may sample different lengths.
+            with full_params(self.model):
+                gen = hf_generate_batch(
+                    self.model,
+                    stop_ids=self.stop_ids,
+                    pad_id=self.pad_id,
+                    temperature=r.temperature,
+                    top_p=r.top_p,
+                )
+                results = asyncio.run(run_episodes(self.envs, jobs, generate_batch=gen, **loop))
+        return [res.trajectory for res in results]
+
     def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
         pack = self.cfg.algorithm.pack_sequences
         if self.ref is not None:
@@ -340,19 +363,7 @@ class Trainer:
         jobs = self._jobs(step)
         while len(self.envs) < len(jobs):
             self.envs.append(self.new_env())
-        limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
-        loop = dict(expander=self.expander, stop_ids=self.stop_ids, limits=limits, executor=self.pool)
-        if r.engine == "vllm":
-            from agentrl.train.vllm_engine import vllm_engine
-
-            results = vllm_engine(self).run_episodes(self.envs, jobs, temperature=r.temperature, top_p=r.top_p, **loop)
-        else:  # FSDP: the weights are gathered once, so ranks may sample different lengths.
-            with full_params(self.model):
-                gen = hf_generate_batch(
-                    self.model, stop_ids=self.stop_ids, pad_id=self.pad_id, temperature=r.temperature, top_p=r.top_p
-                )
-                results = asyncio.run(run_episodes(self.envs, jobs, generate_batch=gen, **loop))
-        trajs = [res.trajectory for res in results]
+        trajs = self._rollout(jobs)
         t1 = time.perf_counter()
         m.update(self.judge.score(trajs))
         t2 = time.perf_counter()
