@@ -16,6 +16,7 @@ PKG = ROOT / "agentrl"
 LAYERS = {
     "errors": -1,
     "credentials": 0,
+    "seeds": 0,
     "trajectory": 0,
     "algos": 0,
     "judge": 1,
@@ -32,7 +33,7 @@ LAYERS = {
 # Same-layer imports that DESIGN.md allows explicitly.
 ALLOWED_SIDEWAYS: set[tuple[str, str]] = set()
 # Modules that must not import any other agentrl module (DESIGN.md: "algos never imports a model").
-STANDALONE = {"algos"}
+STANDALONE = {"algos", "seeds"}
 
 
 def _top(module: str) -> str | None:

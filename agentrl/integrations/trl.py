@@ -29,7 +29,8 @@ from agentrl.integrations.episode import Episode, Generation, engine_limits, eng
 from agentrl.integrations.mapping import trl_rollout_fields
 from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
 from agentrl.judge.llm import run_sync
-from agentrl.rollout.episode import Request, run_episodes, stable_seed
+from agentrl.rollout.episode import Request, run_episodes
+from agentrl.seeds import stable_seed
 from agentrl.trajectory import Trajectory
 
 __all__ = ["BatchGenerate", "make_reward_func", "make_rollout_func", "trainer_generate_batch"]

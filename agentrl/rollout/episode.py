@@ -14,9 +14,9 @@ function gets a ``Request`` and returns one of
 
 The loop owns, once for every engine:
 
-- **seeds**: ``stable_seed`` is the one hash every seed of a run comes from; an episode resets its
-  env with ``spec.seed`` and turn ``t`` samples with ``turn_seed(spec.seed, t)``, so a turn's
-  tokens depend on its own (seed, turn), never on batch composition or timing;
+- **seeds**: every seed of a run comes from the one hash ``agentrl.seeds.stable_seed``; an
+  episode resets its env with ``spec.seed`` and turn ``t`` samples with ``turn_seed(spec.seed, t)``,
+  so a turn's tokens depend on its own (seed, turn), never on batch composition or timing;
 - **limits** (token mode only; chat policies bound their own replies): with ``limits.max_len`` the
   episode stops as ``max_len`` before a turn whose ``len(prompt) + max_new_tokens`` exceeds it (the
   trainer's context length); with ``limits.max_completion_tokens`` a turn may sample at most what
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import hashlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -49,6 +48,7 @@ from typing import Any, Protocol
 
 from agentrl.env.suite import Task
 from agentrl.policy.base import EpisodeContext, Policy
+from agentrl.seeds import stable_seed
 from agentrl.tokens import Expander, sampled_message
 from agentrl.trajectory import Message, Trajectory
 
@@ -69,13 +69,6 @@ __all__ = [
     "trim",
     "turn_seed",
 ]
-
-
-def stable_seed(*parts: Any, nbytes: int = 8, bits: int = 63) -> int:
-    """The seed of ``parts``: sha256 of ``"p0:p1:..."``, its first ``nbytes`` bytes as a big-endian
-    int, the low ``bits`` bits kept. Stable across processes, platforms and scheduling order."""
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:nbytes], "big") & ((1 << bits) - 1)
 
 
 def episode_seed(seed: int, task_id: str, sample: int) -> int:

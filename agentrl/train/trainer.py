@@ -25,7 +25,8 @@ import torch
 from agentrl.algos import AdaptiveKLController, FixedKLController, masked_mean
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
-from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes, stable_seed
+from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
+from agentrl.seeds import stable_seed
 from agentrl.tokens import Expander
 from agentrl.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig

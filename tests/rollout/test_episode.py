@@ -19,6 +19,7 @@ from agentrl.rollout.episode import (
     run_episodes,
     turn_seed,
 )
+from agentrl.seeds import stable_seed
 from agentrl.tokens import Expander
 from agentrl.trajectory import Message
 from tests.integrations.helpers import ENV_CONFIG, OracleEngine, tasks, tokenizer
@@ -160,6 +161,9 @@ def test_seeds_are_the_documented_hashes_and_reach_the_policy():
 
     assert episode_seed(3, "t", 2) == int.from_bytes(sha("3:t:2")[:4], "big") & 0x7FFFFFFF
     assert turn_seed(1234, 5) == int.from_bytes(sha("1234:5")[:8], "big") & 0x7FFFFFFFFFFFFFFF
+    # The trainer's task/update seeds and the oracle's per-episode choice keep their widths too.
+    assert stable_seed(0, "tasks", 1, bits=31) == int.from_bytes(sha("0:tasks:1")[:8], "big") & 0x7FFFFFFF
+    assert stable_seed(9, "t", bits=64) == int.from_bytes(sha("9:t")[:8], "big")
     spec = _specs(1)[0]
     seen: list[tuple[int | None, int]] = []
 
