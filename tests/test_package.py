@@ -17,6 +17,7 @@ PKG = ROOT / "agentrl"
 LAYERS = {
     "errors": -1,
     "credentials": 0,
+    "seeds": 0,
     "trajectory": 0,
     "algos": 0,
     "rundir": 0,
@@ -34,19 +35,21 @@ LAYERS = {
 }
 # The package-to-package arrows that exist by design: anything else is a failure, even when it goes
 # down the layers (replay and explain share the update's code with train through `learn`, never by
-# importing train; `algos` imports no other agentrl module).
+# importing train; every episode — the trainer's, replay's re-runs, the engine adapters' — runs in
+# the one loop, `rollout.episode`; `algos` and `seeds` import no other agentrl module).
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "credentials": {"errors"},
     "trajectory": {"errors"},
     "algos": set(),
+    "seeds": set(),
     "rundir": {"errors"},
     "judge": {"errors", "trajectory", "credentials"},
     "tokens": {"errors", "trajectory", "algos"},
     "env": {"errors", "trajectory", "judge"},
-    "policy": {"errors", "trajectory", "credentials"},
+    "policy": {"errors", "trajectory", "credentials", "seeds"},
     "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir"},
-    "rollout": {"errors", "trajectory", "judge", "env", "policy"},
+    "rollout": {"errors", "trajectory", "judge", "env", "policy", "tokens", "seeds"},
     "train": {
         "errors",
         "trajectory",
@@ -58,10 +61,11 @@ ALLOWED: dict[str, set[str]] = {
         "policy",
         "learn",
         "rollout",
+        "seeds",
     },
-    "replay": {"errors", "trajectory", "rundir", "judge", "tokens", "env", "policy", "learn"},
+    "replay": {"errors", "trajectory", "rundir", "judge", "tokens", "env", "policy", "learn", "rollout"},
     "explain": {"errors", "trajectory", "algos", "rundir", "tokens"},
-    "integrations": {"errors", "trajectory", "judge", "tokens", "env"},
+    "integrations": {"errors", "trajectory", "judge", "tokens", "env", "rollout", "seeds"},
     "cli": set(LAYERS) - {"cli"} | {""},
 }
 

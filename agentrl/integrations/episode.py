@@ -1,6 +1,7 @@
 """One episode, engine-neutral: our env, our expander's ids, any engine's token-in-token-out generate.
 
-Every adapter (verl, TRL, SkyRL) runs the same loop and only maps its result. Each turn the engine is
+Every adapter (verl, TRL, SkyRL) runs the one episode loop (``agentrl.rollout.episode``) in token
+mode with its engine as the generate function, and only maps the result. Each turn the engine is
 fed ``Expander.generation_prompt_ids(env.messages)``: the training row so far plus the generation
 prompt, earlier turns exactly as sampled. The sampled ids go back to the env as the assistant
 message (text decoded only for the env's parser). The finished trajectory is scored (the env's
@@ -15,15 +16,15 @@ last token (TRL's EOS check); after the cut those are our last policy token.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
-from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, sampled_message, token_trajectory
+from agentrl.rollout.episode import EpisodeResult, EpisodeSpec, Generation, Limits, Request
+from agentrl.rollout.episode import run_episode as run_loop
+from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, token_trajectory
 from agentrl.trajectory import Trajectory
 
 __all__ = [
@@ -31,20 +32,12 @@ __all__ = [
     "GenerateFn",
     "Generation",
     "cut_after_last_policy_token",
+    "engine_limits",
+    "engine_spec",
     "judge_if_needed",
     "run_episode",
+    "to_episode",
 ]
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One sampled turn from an engine: ``token_ids`` ``[T]`` as sampled (stop token included when
-    one was sampled), the sampler's ``logprobs`` ``[T]`` (None when the engine gives none) and
-    ``finish_reason`` (``"stop"`` or ``"length"``)."""
-
-    token_ids: list[int]
-    logprobs: list[float] | None
-    finish_reason: str
 
 
 # ``generate(prompt_ids, max_tokens)``: the engine's token-in-token-out call for one turn.
@@ -112,7 +105,7 @@ async def run_episode(
     max_completion_tokens: int,
     judge: Any | None = None,
 ) -> Episode:
-    """Run one episode of ``task`` on ``env`` with ``generate`` as the policy.
+    """Run one episode of ``task`` on ``env`` in the episode loop with ``generate`` as the policy.
 
     Turn by turn: the prompt is the expander's generation prompt for the conversation so far; the
     engine samples at most ``min(max_new_tokens, budget left)`` tokens, where the budget is
@@ -122,39 +115,34 @@ async def run_episode(
     (``max_len``). Unanswered episodes get reward 0 with the reason (trainable); answers the env
     could not score go to ``judge`` (``agentrl.judge.Judge``), whose failures stay ``judge_error``.
     """
-    stops = expander.stop_ids
-    await asyncio.to_thread(env.reset, seed=seed, options={"task": task})
-    first: list[int] | None = None
-    reason: str | None = None
-    gen_s = env_s = 0.0
-    while True:
-        prompt = expander.generation_prompt_ids(env.messages)
-        if first is None:
-            first = prompt
-        budget = max_completion_tokens - (len(prompt) - len(first))
-        if budget <= 0:
-            reason = "max_len"
-            break
-        t0 = time.perf_counter()
-        gen = await generate(prompt, min(max_new_tokens, budget))
-        gen_s += time.perf_counter() - t0
-        if gen.token_ids and gen.token_ids[-1] in stops:
-            gen = replace(gen, finish_reason="stop")
-        elif gen.finish_reason == "stop":  # stopped on a stop string the expander does not know
-            gen = replace(gen, finish_reason="length")
-        msg = sampled_message(expander.tokenizer, gen.token_ids, gen.logprobs, gen.finish_reason, stops)
-        t0 = time.perf_counter()
-        _, _, terminated, truncated, _ = await asyncio.to_thread(env.step, msg)
-        env_s += time.perf_counter() - t0
-        if terminated or truncated:
-            break
-        if gen.finish_reason == "length":
-            reason = "generation_limit"
-            break
-    traj = env.trajectory(id=episode_id, stop_reason=reason)  # unanswered: reward 0, from the env
-    traj.info["seed"] = seed
-    traj.info["prompt_token_ids"] = first  # TITO for the prompt too: the expander reuses these ids
+
+    async def turn(req: Request) -> Generation:
+        assert req.prompt_ids is not None and req.max_tokens is not None
+        return await generate(req.prompt_ids, req.max_tokens)
+
+    spec = engine_spec(task, seed, episode_id)
+    res = await run_loop(
+        env, spec, turn, expander=expander, limits=engine_limits(max_new_tokens, max_completion_tokens)
+    )
+    return await to_episode(res, expander, judge)
+
+
+def engine_spec(task: Task | str, seed: int, episode_id: str) -> EpisodeSpec:
+    """An adapter's episode: reset seed ``seed``, recorded as ``info["seed"]``."""
+    return EpisodeSpec(episode_id, task, seed, {"seed": seed})
+
+
+def engine_limits(max_new_tokens: int, max_completion_tokens: int) -> Limits:
+    """An adapter's limits: ``max_new_tokens`` a turn, ``max_completion_tokens`` in all."""
+    return Limits(max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens)
+
+
+async def to_episode(res: EpisodeResult, expander: Expander, judge: Any | None) -> Episode:
+    """The adapters' view of a finished loop episode: the prompt ids recorded (TITO for the prompt
+    too: the expander reuses them), scored by ``judge`` when the env could not, expanded and cut."""
+    traj = res.trajectory
+    traj.info["prompt_token_ids"] = res.prompt_ids
     await judge_if_needed(traj, judge)
     row = expander.expand(traj)
     record = cut_after_last_policy_token(token_trajectory(row, traj))
-    return Episode(trajectory=traj, row=row, record=record, generate_s=gen_s, env_s=env_s)
+    return Episode(trajectory=traj, row=row, record=record, generate_s=res.generate_s, env_s=res.env_s)

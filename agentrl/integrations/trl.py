@@ -20,61 +20,23 @@ imports no TRL: the contract is a plain callable.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
-from agentrl.integrations.episode import Episode, Generation, run_episode
+from agentrl.integrations.episode import Episode, Generation, engine_limits, engine_spec, to_episode
 from agentrl.integrations.mapping import trl_rollout_fields
 from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
 from agentrl.judge.llm import run_sync
+from agentrl.rollout.episode import Request, run_episodes
+from agentrl.seeds import stable_seed
 from agentrl.trajectory import Trajectory
 
 __all__ = ["BatchGenerate", "make_reward_func", "make_rollout_func", "trainer_generate_batch"]
 
 # ``generate_batch(prompts [B][P_b], max_tokens [B])`` → B ``Generation``s (may be async).
 BatchGenerate = Callable[[list[list[int]], list[int]], Any]
-
-
-class _TurnBatcher:
-    """Gathers one generate request from every live episode, then makes one batched engine call."""
-
-    def __init__(self, generate_batch: BatchGenerate, live: int) -> None:
-        self.generate_batch = generate_batch
-        self.live = live
-        self.pending: list[tuple[list[int], int, asyncio.Future[Generation]]] = []
-        self.calls = 0
-
-    async def generate(self, prompt: list[int], max_tokens: int) -> Generation:
-        fut: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self.pending.append((prompt, max_tokens, fut))
-        if len(self.pending) >= self.live:
-            await self._flush()
-        return await fut
-
-    async def done(self) -> None:
-        self.live -= 1
-        if self.pending and len(self.pending) >= self.live:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        batch, self.pending = self.pending, []
-        self.calls += 1
-        try:
-            outs = self.generate_batch([p for p, _, _ in batch], [m for _, m, _ in batch])
-            if inspect.isawaitable(outs):
-                outs = await outs
-            if len(outs) != len(batch):
-                raise RuntimeError(f"the engine returned {len(outs)} generations for {len(batch)} prompts")
-        except BaseException as e:
-            for _, _, fut in batch:
-                fut.set_exception(e)
-            return
-        for (_, _, fut), gen in zip(batch, outs, strict=True):
-            fut.set_result(gen)
 
 
 def trainer_generate_batch(trainer: Any, stop_ids: frozenset[int]) -> BatchGenerate:
@@ -158,26 +120,21 @@ async def _rollout(
     call: int,
     max_completion_tokens: int,
 ) -> list[Episode]:
-    batcher = _TurnBatcher(engine, len(task_ids))
+    specs = [
+        engine_spec(t, stable_seed(seed, call, k, t, nbytes=4, bits=32), f"{t}#{call}.{k}")
+        for k, t in enumerate(task_ids)
+    ]
 
-    async def one(k: int, task_id: str) -> Episode:
-        digest = hashlib.sha256(f"{seed}:{call}:{k}:{task_id}".encode()).digest()
-        try:
-            return await run_episode(
-                cfg.make_env(),
-                exp,
-                batcher.generate,
-                task=task_id,
-                seed=int.from_bytes(digest[:4], "big"),
-                episode_id=f"{task_id}#{call}.{k}",
-                max_new_tokens=cfg.max_new_tokens,
-                max_completion_tokens=max_completion_tokens,
-                judge=None,  # the LLM judge runs in the reward function
-            )
-        finally:
-            await batcher.done()
+    def generate_batch(reqs: list[Request]) -> Any:
+        return engine([r.prompt_ids or [] for r in reqs], [int(r.max_tokens or 0) for r in reqs])
 
-    return list(await asyncio.gather(*(one(k, t) for k, t in enumerate(task_ids))))
+    # Lock-step: each turn the live episodes' prompts go to the engine in one batch, in prompt order.
+    results = await run_episodes(
+        [cfg.make_env() for _ in specs], specs, generate_batch=generate_batch, expander=exp,
+        limits=engine_limits(cfg.max_new_tokens, max_completion_tokens),
+    )  # fmt: skip
+    # the LLM judge runs in the reward function
+    return [await to_episode(r, exp, None) for r in results]
 
 
 def make_reward_func(

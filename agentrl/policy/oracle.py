@@ -9,12 +9,12 @@ OpenAI ``tool_calls`` with ``style="openai"``), so they exercise the env's parse
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from typing import Any, Literal
 
 from agentrl.policy.base import EpisodeContext
+from agentrl.seeds import stable_seed
 from agentrl.trajectory import FunctionCall, Message, ToolCall
 
 __all__ = ["OraclePolicy"]
@@ -34,8 +34,7 @@ class OraclePolicy:
         gt = ctx.ground_truth
         official = gt.get("official")
         visible = [d for d in gt.get("distractors", []) if d.get("date", "") <= ctx.date]
-        digest = hashlib.sha256(f"{ctx.seed}:{ctx.task_id}".encode()).digest()
-        rng = random.Random(int.from_bytes(digest[:8], "big"))
+        rng = random.Random(stable_seed(ctx.seed, ctx.task_id, bits=64))
         if visible and rng.random() < self.noise:
             return rng.choice(visible)
         return official

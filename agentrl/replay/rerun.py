@@ -2,7 +2,8 @@
 
 With ``cache: {mode: replay}`` the env builds no backend at all, so a re-run makes no network
 request: a call that was never recorded becomes an error observation. The policy is either the
-stored one (each trajectory's own assistant turns, played back in order) or the scripted oracle.
+stored one (each trajectory's own assistant turns, played back in order: ``playback`` is a generate
+function of the episode loop, ``agentrl.rollout.episode``) or the scripted oracle.
 Each re-run is compared with the stored episode: same observations, same reward, or where it left.
 """
 
@@ -15,9 +16,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentrl.errors import ConfigError
+from agentrl.rollout.episode import EpisodeSpec, GenerateFn, Request, Stop, policy_generate, run_episode
 from agentrl.trajectory import Message, Trajectory
 
-__all__ = ["RerunResult", "format_rerun", "rerun"]
+__all__ = ["RerunResult", "format_rerun", "playback", "rerun"]
 
 _MISS = "is not in the replay cache"  # the error of a tool call that was never recorded
 
@@ -42,6 +44,20 @@ def _playback(m: Message) -> Message:
     if getattr(m, "tool_call_format", None):
         return m.model_copy(update={"tool_calls": None, "tool_call_format": None})
     return m
+
+
+def playback(turns: Sequence[Message], stop_reason: str) -> tuple[GenerateFn, list[int]]:
+    """A generate function that plays ``turns`` back in order, then stops with ``stop_reason``;
+    and a one-item list that counts the turns played."""
+    played = [0]
+
+    async def generate(req: Request) -> Message | Stop:
+        if played[0] >= len(turns):
+            return Stop(stop_reason)
+        played[0] += 1
+        return _playback(turns[played[0] - 1])
+
+    return generate, played
 
 
 def _tool_texts(t: Trajectory) -> list[str]:
@@ -75,13 +91,14 @@ def rerun(
     oracle (with ``noise``) act. Returns the new trajectories (same ids) and one ``RerunResult`` each.
     """
     from agentrl.env import ResearchEnv
-    from agentrl.policy import EpisodeContext, OraclePolicy
+    from agentrl.policy import OraclePolicy
 
     env = ResearchEnv(env_config)
     oracle = OraclePolicy(noise=noise) if policy == "oracle" else None
     new_trajs: list[Trajectory] = []
     results: list[RerunResult] = []
-    for old in trajs:
+
+    async def one(old: Trajectory) -> None:
         seed = old.info.get("seed")
         seed = int(seed) if isinstance(seed, int) else None
         try:
@@ -90,36 +107,20 @@ def rerun(
             raise ConfigError(
                 f"trajectory {old.id!r}: task {old.task_id!r} is not in suite {env.suite.root}"
             ) from None
-        env.reset(seed=seed, options={"task": task})
         stored_turns = [m for m in old.messages if m.role == "assistant"]
-        done, note = False, None
-        if oracle is None:
-            for k, m in enumerate(stored_turns):
-                if done:
-                    note = f"the re-run ended after turn {k}; {len(stored_turns) - k} stored turns left over"
-                    break
-                _, _, term, trunc, _ = env.step(_playback(m))
-                done = term or trunc
-            if not done and note is None:
-                note = f"the stored turns ran out after turn {len(stored_turns)}; the episode was not over"
-        else:
-            ctx = EpisodeContext(
-                task_id=task.id,
-                date=task.date,
-                seed=seed or 0,
-                tools=env.tools,
-                ground_truth=task.ground_truth,
-            )
-            while not done:
-                msg = asyncio.run(oracle.act(list(env.messages), ctx))
-                _, _, term, trunc, _ = env.step(msg)
-                done = term or trunc
-        # Stored turns that ran out before the episode ended: unanswered, for the stored reason.
-        new = env.trajectory(id=old.id, stop_reason=old.info.get("truncated_reason") or "stored_turns_ended")
-        for key in ("sample", "seed", "step"):
-            if key in old.info:
-                new.info[key] = old.info[key]
-        new.info["policy"] = "stored" if oracle is None else oracle.name
+        # Stored turns that run out before the episode ends: unanswered, for the stored reason.
+        generate, played = playback(stored_turns, old.info.get("truncated_reason") or "stored_turns_ended")
+        if oracle is not None:
+            generate = policy_generate(oracle)
+        info = {k: old.info[k] for k in ("sample", "seed", "step") if k in old.info}
+        info["policy"] = "stored" if oracle is None else oracle.name
+        res = await run_episode(env, EpisodeSpec(old.id, task, seed, info), generate)
+        new, note = res.trajectory, None
+        if oracle is None and res.stop_reason is not None:
+            note = f"the stored turns ran out after turn {played[0]}; the episode was not over"
+        elif oracle is None and played[0] < len(stored_turns):
+            k = played[0]
+            note = f"the re-run ended after turn {k}; {len(stored_turns) - k} stored turns left over"
         same_obs, diff = _compare(old, new)
         r_old, r_new = _total(old), _total(new)
         results.append(
@@ -136,6 +137,12 @@ def rerun(
             )
         )
         new_trajs.append(new)
+
+    async def all_in_order() -> None:
+        for old in trajs:
+            await one(old)
+
+    asyncio.run(all_in_order())
     return new_trajs, results
 
 

@@ -25,7 +25,7 @@ from agentrl.env.suite import Task
 from agentrl.errors import JudgeError
 from agentrl.policy import EpisodeContext, OraclePolicy
 from agentrl.policy.base import Policy
-from agentrl.rollout.runner import run_episode
+from agentrl.rollout.runner import run_policy_episode
 from agentrl.trajectory import FunctionCall, Message, ToolCall, Trajectory
 
 __all__ = ["SHORTCUTS", "ProbeResult", "ProbeRow", "ShortcutPolicy", "format_table", "probe"]
@@ -255,7 +255,7 @@ def probe(
         policies.append((ShortcutPolicy(kind, ids), SHORTCUTS.get(kind, kind)))
 
     async def run_all(policy: Policy) -> list[Trajectory]:
-        return [await run_episode(env, policy, t, 0, seed) for t in tasks]
+        return [await run_policy_episode(env, policy, t, 0, seed) for t in tasks]
 
     rows = []
     for policy, description in policies:

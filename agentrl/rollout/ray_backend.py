@@ -3,7 +3,7 @@
 ``run_rollout_ray`` does what ``run_rollout`` does (same episode list, same per-episode seeds,
 same resumable JSONL output) with the episodes spread over ``workers`` ``EpisodeWorker`` actors,
 one CPU each. A worker owns its envs and its own policy client and runs whole episodes with the
-asyncio runner's ``run_episode``, so a trajectory is the same whichever process ran it. The driver
+episode loop (``run_policy_episode``), so a trajectory is the same whichever process ran it. The driver
 keeps at most ``concurrency`` episodes in flight (least-loaded worker first), writes each
 trajectory as soon as it is final (completion order), and sends the ones whose rubric needs the
 LLM to the judge actor the moment they finish.
@@ -26,7 +26,7 @@ from agentrl.judge import record_reward
 from agentrl.policy.base import Policy
 from agentrl.rollout.ray_cluster import describe_error, ensure_ray, import_ray, start_actors
 from agentrl.rollout.ray_judge import start_judge
-from agentrl.rollout.runner import RolloutSummary, plan_episodes, run_episode
+from agentrl.rollout.runner import RolloutSummary, plan_episodes, run_policy_episode
 from agentrl.trajectory import Trajectory, TrajectoryStore
 
 __all__ = ["EpisodeWorker", "run_rollout_ray"]
@@ -45,11 +45,11 @@ class EpisodeWorker:
         return True
 
     async def run(self, task: Task, sample: int, seed: int) -> tuple[Trajectory, Any]:
-        """One episode (``run_episode``); returns its trajectory and the rubric that scores it."""
+        """One episode (``run_policy_episode``); returns its trajectory and the rubric that scores it."""
         # The driver never sends more episodes than it wants in flight, so the pool stays that size.
         env = self.idle.pop() if self.idle else ResearchEnv(self.config)
         try:
-            traj = await run_episode(env, self.policy, task, sample, seed)
+            traj = await run_policy_episode(env, self.policy, task, sample, seed)
             return traj, env.rubric
         finally:
             self.idle.append(env)

@@ -1,6 +1,6 @@
 """Envs that live in Ray actors, behind a proxy with the ``ResearchEnv`` interface the trainer uses.
 
-The trainer steps its envs in lock-step from a thread pool (``agentrl.train.episodes``): it calls
+The trainer steps its envs in lock-step (the episode loop, ``agentrl.rollout.episode``): it calls
 ``reset(seed=, options={"task": ...})`` and ``step(message)``, reads ``messages`` and ``suite``,
 and asks for ``trajectory(id=...)``. ``RayEnv`` answers all of that while the env itself (its tool
 backends, caches and scoring) runs in an ``EnvHost`` actor, one CPU each; a host holds many envs,

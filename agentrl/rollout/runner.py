@@ -1,8 +1,9 @@
 """Run many episodes concurrently and write their trajectories.
 
 asyncio with a bound on concurrent episodes: each episode borrows an env from a pool (envs share
-their backends and caches), asks the policy for turns, and steps the env in a worker thread so
-that slow tools never block the event loop. Finished trajectories go to the JSONL store as they
+their backends and caches) and runs in the episode loop (``agentrl.rollout.episode``) with the
+policy as its generate function; env steps run in worker threads so that slow tools never block
+the event loop. Finished trajectories go to the JSONL store as they
 complete; episodes already in the output (same trajectory id ``task#sample``) are skipped, so an
 interrupted run resumes where it stopped. Rubrics that need the LLM judge are scored in batches
 at the end when a judge model is given.
@@ -11,7 +12,6 @@ at the end when a judge model is given.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,16 +21,11 @@ from typing import Any
 from agentrl.env import ResearchEnv
 from agentrl.env.config import EnvConfig
 from agentrl.env.suite import Task
-from agentrl.policy.base import EpisodeContext, Policy
+from agentrl.policy.base import Policy
+from agentrl.rollout.episode import EpisodeSpec, episode_seed, policy_generate, run_episode
 from agentrl.trajectory import Trajectory, TrajectoryStore, read_trajectories
 
-__all__ = ["RolloutSummary", "episode_seed", "plan_episodes", "run_episode", "run_rollout"]
-
-
-def episode_seed(seed: int, task_id: str, sample: int) -> int:
-    """A stable per-episode seed (independent of scheduling order)."""
-    digest = hashlib.sha256(f"{seed}:{task_id}:{sample}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+__all__ = ["RolloutSummary", "plan_episodes", "run_policy_episode", "run_rollout"]
 
 
 @dataclass
@@ -92,23 +87,16 @@ class RolloutSummary:
         }
 
 
-async def run_episode(env: ResearchEnv, policy: Policy, task: Task, sample: int, seed: int) -> Trajectory:
-    """One episode of ``task`` with ``policy`` on ``env``; returns its trajectory (id ``task#sample``)."""
+async def run_policy_episode(
+    env: ResearchEnv, policy: Policy, task: Task, sample: int, seed: int
+) -> Trajectory:
+    """One episode of ``task`` with ``policy`` on ``env`` in the episode loop; returns its trajectory
+    (id ``task#sample``, reset seed ``episode_seed(seed, task.id, sample)``; ``info`` records the
+    sample, that seed and the policy's name)."""
     ep_seed = episode_seed(seed, task.id, sample)
-    await asyncio.to_thread(env.reset, seed=ep_seed, options={"task": task})
-    ctx = EpisodeContext(
-        task_id=task.id, date=task.date, seed=ep_seed, tools=env.tools, ground_truth=task.ground_truth
-    )
-    done = False
-    while not done:
-        msg = await policy.act(list(env.messages), ctx)
-        _, _, terminated, truncated, _ = await asyncio.to_thread(env.step, msg)
-        done = terminated or truncated
-    traj = env.trajectory(id=f"{task.id}#{sample}")  # unanswered: reward 0 with the reason, from the env
-    traj.info["sample"] = sample
-    traj.info["seed"] = ep_seed
-    traj.info["policy"] = policy.name
-    return traj
+    info = {"sample": sample, "seed": ep_seed, "policy": policy.name}
+    spec = EpisodeSpec(f"{task.id}#{sample}", task, ep_seed, info)
+    return (await run_episode(env, spec, policy_generate(policy))).trajectory
 
 
 async def _judge_batch(
@@ -186,7 +174,7 @@ async def run_rollout(
     async def one(task: Task, sample: int) -> None:
         env = await pool.get()
         try:
-            traj = await run_episode(env, policy, task, sample, seed)
+            traj = await run_policy_episode(env, policy, task, sample, seed)
             rubric = env.rubric
         except Exception as e:  # a policy/server failure loses this episode only; resume retries it
             summary.failed += 1

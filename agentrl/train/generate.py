@@ -5,19 +5,24 @@ KV cache advances one token per step, and every row samples with its own ``torch
 (Gumbel-max over the processed log-probabilities), so a row's tokens depend only on its seed and
 its prompt, never on which other rows share the batch. Each row stops at its first stop token
 (kept, as sampled) or at ``max_new_tokens``.
+
+``hf_generate_batch(model, ...)`` is this sampler as the episode loop's lock-step batched generate
+function (``agentrl.rollout.episode``): one ``sample_batch`` call per turn for every live episode,
+each row seeded with its turn's seed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from agentrl.learn.models import autocast
+from agentrl.rollout.episode import BatchGenerateFn, Generation, Request, trim
 
-__all__ = ["Sample", "sample_batch"]
+__all__ = ["Sample", "hf_generate_batch", "sample_batch"]
 
 
 @dataclass
@@ -60,6 +65,37 @@ def sample_batch(
         return []
     with torch.no_grad(), autocast(model):
         return _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature, top_p)
+
+
+def hf_generate_batch(
+    model: nn.Module,
+    *,
+    stop_ids: Collection[int],
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> BatchGenerateFn:
+    """``sample_batch`` as a lock-step batched generate function: one row per request (its
+    ``prompt_ids``, its turn ``seed``), up to the largest ``max_tokens`` of the batch, each row then
+    cut to its own ``max_tokens``."""
+    stops = set(stop_ids)
+
+    def generate(requests: list[Request]) -> list[Generation]:
+        if any(r.prompt_ids is None or r.seed is None or r.max_tokens is None for r in requests):
+            raise ValueError("the HF sampler needs token-mode requests with a seed and max_tokens")
+        samples = sample_batch(
+            model,
+            [r.prompt_ids or [] for r in requests],
+            seeds=[int(r.seed or 0) for r in requests],
+            stop_ids=stops,
+            pad_id=pad_id,
+            max_new_tokens=max(int(r.max_tokens or 0) for r in requests),
+            temperature=temperature,
+            top_p=top_p,
+        )
+        return [trim(s, r.max_tokens, stops) for s, r in zip(samples, requests, strict=True)]
+
+    return generate
 
 
 def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature, top_p) -> list[Sample]:

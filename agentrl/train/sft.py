@@ -31,7 +31,7 @@ def collect_oracle_trajectories(
     sample index each round, so that a small suite still yields varied data: the oracle opens a
     distractor with probability ``noise``, drawn per episode."""
     from agentrl.policy import OraclePolicy
-    from agentrl.rollout import run_episode
+    from agentrl.rollout import run_policy_episode
 
     policy = OraclePolicy(noise=noise)
     n = len(tasks) if episodes is None else episodes
@@ -41,7 +41,7 @@ def collect_oracle_trajectories(
         envs = [ResearchEnv(env_config) for _ in jobs]
         return await asyncio.gather(
             *(
-                run_episode(env, policy, task, sample, seed)
+                run_policy_episode(env, policy, task, sample, seed)
                 for env, (task, sample) in zip(envs, jobs, strict=True)
             )
         )

@@ -9,8 +9,8 @@ continues exactly as an uninterrupted one would have.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
-import hashlib
 import json
 import math
 import random
@@ -27,7 +27,9 @@ from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
 from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values
 from agentrl.learn.models import ValueModel, build_tiny_model, frozen_copy
+from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
 from agentrl.rundir import SHARDED, RunDir
+from agentrl.seeds import stable_seed
 from agentrl.tokens import Expander
 from agentrl.train.checkpoint import load_checkpoint, save_checkpoint
 from agentrl.train.config import TrainConfig
@@ -41,8 +43,8 @@ from agentrl.train.distributed import (
     rank,
     world_size,
 )
-from agentrl.train.episodes import Job, run_policy_episodes
 from agentrl.train.fsdp import full_params, load_sharded, set_grad_divide, shard_model, sharded_state
+from agentrl.train.generate import hf_generate_batch
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import StepJudge, build_batch, normalized_reward
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
@@ -55,8 +57,7 @@ __all__ = ["Trainer"]
 
 
 def _seed(*parts: Any) -> int:
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") & 0x7FFFFFFF
+    return stable_seed(*parts, bits=31)
 
 
 def _mean_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
@@ -304,7 +305,7 @@ class Trainer:
             self.log.truncate_after(self.step)
 
     # ---- one RL step ------------------------------------------------------------------------------
-    def _jobs(self, step: int) -> list[Job]:
+    def _jobs(self, step: int) -> list[EpisodeSpec]:
         r = self.cfg.rollout
         rng = random.Random(_seed(self.cfg.seed, "tasks", step))
         tasks = rng.sample(self.tasks, min(r.tasks_per_step, len(self.tasks)))
@@ -312,7 +313,35 @@ class Trainer:
         # one process in its order, which the mini-batches' global row numbering relies on.
         n, ranks, me = len(tasks), world_size(), rank()
         mine = tasks[me * n // ranks : (me + 1) * n // ranks]
-        return [Job(t, s, _seed(self.cfg.seed, step, t.id, s)) for t in mine for s in range(r.group_size)]
+        specs = []
+        for t in mine:
+            for s in range(r.group_size):
+                seed = _seed(self.cfg.seed, step, t.id, s)
+                specs.append(EpisodeSpec(f"{t.id}#{s}", t, seed, {"sample": s, "seed": seed}))
+        return specs
+
+    def _rollout(self, jobs: list[EpisodeSpec]) -> list[Trajectory]:
+        """The step's episodes through the episode loop: the HF sampler in lock-step, or vLLM."""
+        r = self.cfg.rollout
+        limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
+        loop = dict(expander=self.expander, stop_ids=self.stop_ids, limits=limits, executor=self.pool)
+        if r.engine == "vllm":
+            from agentrl.train.vllm_engine import vllm_engine
+
+            results = vllm_engine(self).run_episodes(
+                self.envs, jobs, temperature=r.temperature, top_p=r.top_p, **loop
+            )
+        else:  # FSDP: the weights are gathered once, so ranks may sample different lengths.
+            with full_params(self.model):
+                gen = hf_generate_batch(
+                    self.model,
+                    stop_ids=self.stop_ids,
+                    pad_id=self.pad_id,
+                    temperature=r.temperature,
+                    top_p=r.top_p,
+                )
+                results = asyncio.run(run_episodes(self.envs, jobs, generate_batch=gen, **loop))
+        return [res.trajectory for res in results]
 
     def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
         pack = self.cfg.algorithm.pack_sequences
@@ -338,18 +367,7 @@ class Trainer:
         jobs = self._jobs(step)
         while len(self.envs) < len(jobs):
             self.envs.append(self.new_env())
-        episodes = run_policy_episodes
-        if r.engine == "vllm":
-            from agentrl.train.vllm_episodes import vllm_engine
-
-            episodes = vllm_engine(self).run_policy_episodes
-        # FSDP + hf: the weights are gathered once, so ranks may sample different lengths.
-        with full_params(self.model if r.engine == "hf" else None):
-            trajs = episodes(
-                self.model, self.tokenizer, self.expander, self.envs, jobs,
-                max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=r.temperature,
-                top_p=r.top_p, stop_ids=self.stop_ids, pad_id=self.pad_id, executor=self.pool,
-            )  # fmt: skip
+        trajs = self._rollout(jobs)
         t1 = time.perf_counter()
         m.update(self.judge.score(trajs))
         t2 = time.perf_counter()
@@ -421,7 +439,7 @@ class Trainer:
                 warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
                 self.sched.step()
             if r.engine == "vllm":  # rank 0 pushes the new weights; every rank waits for it
-                from agentrl.train.vllm_episodes import vllm_engine
+                from agentrl.train.vllm_engine import vllm_engine
 
                 vllm_engine(self).sync(self.model, step)
             m["actor/lr"] = self.sched.get_last_lr()[0]

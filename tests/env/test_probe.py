@@ -13,7 +13,7 @@ from agentrl.cli import main
 from agentrl.env import ResearchEnv
 from agentrl.policy import OraclePolicy
 from agentrl.rollout.probe import SHORTCUTS, ShortcutPolicy, format_table, probe
-from agentrl.rollout.runner import run_episode
+from agentrl.rollout.runner import run_policy_episode
 from agentrl.trajectory import read_trajectories, write_trajectories
 
 from .conftest import ROOT
@@ -120,7 +120,7 @@ def test_env_judge_and_replay_agree_on_evidence_graded_trajectories(tmp_path, ca
     ]
     trajs = []
     for i, p in enumerate(policies):
-        t = asyncio.run(run_episode(env, p, task, i, 0))
+        t = asyncio.run(run_policy_episode(env, p, task, i, 0))
         trajs.append(t.model_copy(update={"id": f"{i}:{p.name}"}))
     env_rewards = {t.id: t.reward.total for t in trajs}
     assert len(set(env_rewards.values())) >= 3, env_rewards  # 2.5, 0, negative: rewards that differ

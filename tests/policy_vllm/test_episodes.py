@@ -3,13 +3,15 @@ every turn, from the same prompts (the expander's generation prompt), sampled co
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
+from agentrl.rollout.episode import Limits, run_episodes, turn_seed
 from agentrl.train import TrainConfig, Trainer
-from agentrl.train.episodes import run_policy_episodes, turn_seed
-from agentrl.train.vllm_episodes import VLLMEngine
+from agentrl.train.generate import hf_generate_batch
+from agentrl.train.vllm_engine import VLLMEngine
 from tests.policy_vllm.conftest import TINY_SPEC
 
 
@@ -47,13 +49,18 @@ def _stops(trainer):
     return trainer.stop_ids | set(range(0, len(trainer.tokenizer), 12))
 
 
-def _run(fn, trainer, jobs, envs):
+def _run(engine, trainer, jobs, envs, *, max_len=None, temperature=0.8, stops=None):
+    """The episode loop with the HF sampler (``engine`` None, lock-step) or a ``VLLMEngine``."""
     r = trainer.cfg.rollout
-    return fn(
-        trainer.model, trainer.tokenizer, trainer.expander, envs, jobs,
-        max_new_tokens=r.max_new_tokens, max_len=r.max_len, temperature=0.8, top_p=1.0,
-        stop_ids=_stops(trainer), pad_id=trainer.pad_id, executor=trainer.pool,
-    )  # fmt: skip
+    stops = _stops(trainer) if stops is None else stops
+    limits = Limits(max_new_tokens=r.max_new_tokens, max_len=max_len or r.max_len)
+    kw = dict(expander=trainer.expander, stop_ids=stops, limits=limits, executor=trainer.pool)
+    if engine is None:
+        gen = hf_generate_batch(trainer.model, stop_ids=stops, pad_id=trainer.pad_id, temperature=temperature)
+        results = asyncio.run(run_episodes(envs, jobs, generate_batch=gen, **kw))
+    else:
+        results = engine.run_episodes(envs, jobs, temperature=temperature, top_p=1.0, **kw)
+    return [res.trajectory for res in results]
 
 
 def _envs(trainer, n):
@@ -65,8 +72,8 @@ def _envs(trainer, n):
 def test_vllm_episodes_equal_the_hf_path(trainer, fake):
     jobs = trainer._jobs(1)
     srv = fake(model=trainer.model, latency_s=0.02)
-    hf = _run(run_policy_episodes, trainer, jobs, _envs(trainer, len(jobs)))
-    vl = _run(_engine(trainer, srv.url).run_policy_episodes, trainer, jobs, _envs(trainer, len(jobs)))
+    hf = _run(None, trainer, jobs, _envs(trainer, len(jobs)))
+    vl = _run(_engine(trainer, srv.url), trainer, jobs, _envs(trainer, len(jobs)))
     assert [t.id for t in vl] == [t.id for t in hf]
     turns = 0
     for a, b in zip(hf, vl, strict=True):
@@ -99,9 +106,7 @@ def test_vllm_episodes_equal_the_hf_path(trainer, fake):
 def test_concurrency_is_bounded(trainer, fake):
     jobs = trainer._jobs(2)
     srv = fake(model=trainer.model, latency_s=0.03)
-    _run(
-        _engine(trainer, srv.url, concurrency=2).run_policy_episodes, trainer, jobs, _envs(trainer, len(jobs))
-    )
+    _run(_engine(trainer, srv.url, concurrency=2), trainer, jobs, _envs(trainer, len(jobs)))
     assert srv.max_in_flight == 2
 
 
@@ -110,14 +115,9 @@ def test_context_limit_ends_episodes_before_any_request(trainer, fake):
     srv = fake(model=trainer.model)
     r = trainer.cfg.rollout
     first_prompt = len(trainer.expander.generation_prompt_ids(_prompt_messages(trainer, jobs[0])))
-    kw = dict(max_new_tokens=r.max_new_tokens, max_len=first_prompt + r.max_new_tokens - 1, temperature=1.0,
-              stop_ids=trainer.stop_ids, pad_id=0, executor=trainer.pool)  # fmt: skip
-    vl = _engine(trainer, srv.url).run_policy_episodes(
-        None, trainer.tokenizer, trainer.expander, _envs(trainer, 2), jobs, **kw
-    )
-    hf = run_policy_episodes(
-        trainer.model, trainer.tokenizer, trainer.expander, _envs(trainer, 2), jobs, **kw
-    )
+    kw = dict(max_len=first_prompt + r.max_new_tokens - 1, temperature=1.0, stops=trainer.stop_ids)
+    vl = _run(_engine(trainer, srv.url), trainer, jobs, _envs(trainer, 2), **kw)
+    hf = _run(None, trainer, jobs, _envs(trainer, 2), **kw)
     assert [t.info["truncated_reason"] for t in vl] == [t.info["truncated_reason"] for t in hf]
     assert vl[0].info["truncated_reason"] == "max_len" and vl[0].reward.total == 0.0
     assert not [c for c in srv.calls if c[1] == "/v1/completions"]
@@ -154,7 +154,7 @@ def test_multi_turn_tito(trainer, fake):
     turns, script = _scripted(trainer.tokenizer)
     srv = fake(model=trainer.model, script=script)
     jobs = trainer._jobs(4)[:2]
-    vl = _run(_engine(trainer, srv.url).run_policy_episodes, trainer, jobs, _envs(trainer, 2))
+    vl = _run(_engine(trainer, srv.url), trainer, jobs, _envs(trainer, 2))
     reqs = {b["seed"]: b["prompt"] for _, p, b in srv.calls if p == "/v1/completions"}
     assert len(reqs) == 4
     for t, job in zip(vl, jobs, strict=True):

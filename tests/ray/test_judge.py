@@ -34,12 +34,12 @@ def test_judge_actor_respects_its_concurrency_bound(ray_cluster, tmp_path):
     assert len(trajs) == 6 and not any(t["info"]["needs_judge"] for t in trajs.values())
     for t in trajs.values():
         # The fake judge's rule: no backticked phrase in these criteria, so both LLM criteria fail;
-        # the regex citation criterion is graded locally.
+        # the citation criterion (cited_source: the oracle opened the page it cites) is graded locally.
         verdicts = {c["id"]: (c["grader"], c["verdict"]) for c in t["reward"]["criteria"]}
         assert verdicts == {
             "accuracy": ("llm", "Not Satisfied"),
             "temporal": ("llm", "Not Satisfied"),
-            "citation": ("regex", "Fully Satisfied"),
+            "citation": ("cited_source", "Fully Satisfied"),
         }
         assert t["reward"]["status"] == "ok" and t["reward"]["total"] == 0.5
         assert t["reward"]["judge_model"] == "good" and t["reward"]["calls"] == 1

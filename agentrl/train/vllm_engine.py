@@ -1,12 +1,11 @@
 """Rollouts through a vLLM server (``rollout.engine: vllm``), and the weight sync after each update.
 
-``VLLMEngine.run_policy_episodes`` has the signature and result of
-``agentrl.train.episodes.run_policy_episodes`` and the same token-in-token-out contract: each turn
-conditions on ``expander.generation_prompt_ids(messages)`` (exactly the training row's prefix),
-sends those ids as the prompt, and stores the sampled ids and logprobs on the assistant message.
-Each turn's seed is ``turn_seed(episode seed, turn)``, as in the HF path. Episodes run
-concurrently (asyncio; env steps in the trainer's thread pool), not in lock-step: one slow episode
-does not hold the others back.
+``VLLMEngine.run_episodes`` runs the trainer's episodes through the one episode loop
+(``agentrl.rollout.episode``) with ``vllm_generate`` as the generate function: token-in-token-out,
+each turn sends the expander's generation prompt ids (exactly the training row's prefix) with the
+turn's seed (``turn_seed(episode seed, turn)``, as the HF sampler uses), at most ``concurrency``
+requests in flight. Episodes run concurrently, not in lock-step: one slow episode does not hold
+the others back.
 
 ``VLLMEngine.sync(model, step)`` pushes the trainer's weights on rank 0 (``WeightSync``), then
 every rank learns the served model name (it changes with LoRA) — a collective, so also a barrier.
@@ -16,74 +15,46 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
-from agentrl.policy.vllm import VLLMClient
+from agentrl.policy.vllm import Generation, VLLMClient
 from agentrl.policy.vllm_sync import WeightSync
-from agentrl.tokens import Expander, sampled_message
+from agentrl.rollout.episode import EpisodeResult, EpisodeSpec, GenerateFn, Limits, Request, run_episodes
+from agentrl.tokens import Expander
 from agentrl.train.distributed import all_gather_objects, is_main
-from agentrl.train.episodes import Job, finish_episode, turn_seed
-from agentrl.trajectory import Trajectory
 
-__all__ = ["VLLMEngine", "run_vllm_episodes", "vllm_engine"]
+__all__ = ["VLLMEngine", "vllm_engine", "vllm_generate"]
 
 
-async def run_vllm_episodes(
+def vllm_generate(
     client: VLLMClient,
-    tokenizer: Any,
-    expander: Expander,
-    envs: Sequence[ResearchEnv],
-    jobs: Sequence[Job],
     *,
-    max_new_tokens: int,
-    max_len: int,
+    stop_ids: Collection[int],
     temperature: float = 1.0,
     top_p: float = 1.0,
-    stop_ids: set[int],
-    executor: cf.Executor | None = None,
     concurrency: int = 64,
-) -> list[Trajectory]:
-    """Run ``jobs`` on ``envs`` (one env each) against an open ``client``; one trajectory per job.
-
-    Episodes end as in the HF path: the env terminates or truncates, a turn hits ``max_new_tokens``
-    without a stop token (``generation_limit``), or the next context would exceed ``max_len``.
-    At most ``concurrency`` generation requests are in flight.
-    """
-    if len(envs) < len(jobs):
-        raise ValueError("one env per job")
-    loop = asyncio.get_running_loop()
+) -> GenerateFn:
+    """An open ``client`` as a token-mode generate function, ``concurrency`` requests at a time."""
     gate = asyncio.Semaphore(concurrency)
     stops = sorted(stop_ids)
 
-    async def episode(env: ResearchEnv, job: Job) -> Trajectory:
-        await loop.run_in_executor(executor, lambda: env.reset(seed=job.seed, options={"task": job.task}))
-        turn = 0
-        while True:
-            prompt = expander.generation_prompt_ids(env.messages)
-            if len(prompt) + max_new_tokens > max_len:
-                return finish_episode(env, job, "max_len")
-            async with gate:
-                g = await client.generate(
-                    prompt,
-                    max_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    seed=turn_seed(job.seed, turn),
-                    stop_ids=stops,
-                )
-            msg = sampled_message(tokenizer, g.token_ids, g.logprobs, g.finish_reason, stop_ids)
-            _, _, terminated, truncated, _ = await loop.run_in_executor(executor, env.step, msg)
-            if terminated or truncated:
-                return finish_episode(env, job, None)
-            if g.finish_reason == "length":
-                return finish_episode(env, job, "generation_limit")
-            turn += 1
+    async def generate(req: Request) -> Generation:
+        if req.prompt_ids is None or req.max_tokens is None:
+            raise ValueError("vLLM rollouts need token-mode requests with max_tokens")
+        async with gate:
+            return await client.generate(
+                req.prompt_ids,
+                max_tokens=req.max_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                seed=req.seed,
+                stop_ids=stops,
+            )
 
-    return list(await asyncio.gather(*(episode(e, j) for e, j in zip(envs, jobs, strict=False))))
+    return generate
 
 
 class VLLMEngine:
@@ -123,33 +94,30 @@ class VLLMEngine:
         async with self.client() as c:
             return await c.check_version()
 
-    def run_policy_episodes(
+    def run_episodes(
         self,
-        model: Any,
-        tokenizer: Any,
-        expander: Expander,
-        envs: Sequence[ResearchEnv],
-        jobs: Sequence[Job],
+        envs: Sequence[Any],
+        specs: Sequence[EpisodeSpec],
         *,
-        max_new_tokens: int,
-        max_len: int,
+        expander: Expander,
+        stop_ids: Collection[int],
+        limits: Limits,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        stop_ids: set[int],
-        pad_id: int,
         executor: cf.Executor | None = None,
-    ) -> list[Trajectory]:
-        """``agentrl.train.episodes.run_policy_episodes`` through the server. ``model`` and
-        ``pad_id`` are unused: the server samples from the weights the last ``sync`` gave it."""
-        del model, pad_id
+    ) -> list[EpisodeResult]:
+        """``specs`` through the server with the episode loop (one env each). The server samples
+        from the weights the last ``sync`` gave it."""
 
-        async def go() -> list[Trajectory]:
+        async def go() -> list[EpisodeResult]:
             async with self.client() as c:
-                return await run_vllm_episodes(
-                    c, tokenizer, expander, envs, jobs,
-                    max_new_tokens=max_new_tokens, max_len=max_len, temperature=temperature,
-                    top_p=top_p, stop_ids=stop_ids, executor=executor,
+                gen = vllm_generate(
+                    c, stop_ids=stop_ids, temperature=temperature, top_p=top_p,
                     concurrency=self.settings.concurrency,
+                )  # fmt: skip
+                return await run_episodes(
+                    envs, specs, generate=gen, expander=expander, stop_ids=stop_ids, limits=limits,
+                    executor=executor,
                 )  # fmt: skip
 
         return asyncio.run(go())

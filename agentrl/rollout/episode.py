@@ -1,0 +1,348 @@
+"""The one episode loop: reset the env, ask a *generate function* for each turn, step, finish.
+
+Every engine is a generate function plugged into ``run_episode`` / ``run_episodes``: chat policies
+(oracle, OpenAI-compatible, litellm; ``policy_generate``), the trainer's HF sampler (lock-step
+batched, ``generate_batch``), vLLM, replay playback and the verl/TRL/SkyRL adapters. A generate
+function gets a ``Request`` and returns one of
+
+- a ``Message`` (chat mode): handed to the env as the assistant turn, as a chat policy wrote it;
+- a ``Generation`` (token mode, any object with ``token_ids``, ``logprobs``, ``finish_reason``):
+  token-in-token-out, the request's ``prompt_ids`` are ``expander.generation_prompt_ids(messages)``
+  (exactly the training row so far plus the generation prompt) and the sampled ids become the
+  assistant message through ``sampled_message``;
+- a ``Stop(reason)``: the policy has no further turn (replay playback ran out of stored turns).
+
+The loop owns, once for every engine:
+
+- **seeds**: every seed of a run comes from the one hash ``agentrl.seeds.stable_seed``; an
+  episode resets its env with ``spec.seed`` and turn ``t`` samples with ``turn_seed(spec.seed, t)``,
+  so a turn's tokens depend on its own (seed, turn), never on batch composition or timing;
+- **limits** (token mode only; chat policies bound their own replies): with ``limits.max_len`` the
+  episode stops as ``max_len`` before a turn whose ``len(prompt) + max_new_tokens`` exceeds it (the
+  trainer's context length); with ``limits.max_completion_tokens`` a turn may sample at most what
+  is left of that budget counted from the first generated token, and stops as ``max_len`` when
+  nothing is left (an engine's fixed response length);
+- **stops**: a token turn ends with a stop token (``finish_reason`` ``stop``, whatever the engine
+  said) or it was cut (``length``); a cut turn the env did not end stops the episode as
+  ``generation_limit``. Chat turns cut by their ``max_tokens`` are passed on like any other (the
+  env never takes a cut turn as a report);
+- **the end**: ``env.trajectory(id, stop_reason=...)``; the env owns the outcome (the report, the
+  unanswered rule and its reward). ``spec.info`` is added to ``trajectory.info`` in its order;
+- **timing**: the seconds spent in the generate function and in the env, on ``EpisodeResult``
+  (never on the trajectory, whose file stays independent of the machine's speed).
+
+``run_episodes`` runs many episodes concurrently, env resets and steps in ``executor`` threads.
+With ``generate_batch`` the episodes run in lock-step: every live episode's request of a turn is
+gathered (in ``specs`` order) into one call, as one batched forward pass of the HF sampler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agentrl.env.suite import Task
+from agentrl.policy.base import EpisodeContext, Policy
+from agentrl.seeds import stable_seed
+from agentrl.tokens import Expander, sampled_message
+from agentrl.trajectory import Message, Trajectory
+
+__all__ = [
+    "BatchGenerateFn",
+    "EpisodeResult",
+    "EpisodeSpec",
+    "GenerateFn",
+    "Generation",
+    "Limits",
+    "Request",
+    "Stop",
+    "episode_seed",
+    "policy_generate",
+    "run_episode",
+    "run_episodes",
+    "stable_seed",
+    "trim",
+    "turn_seed",
+]
+
+
+def episode_seed(seed: int, task_id: str, sample: int) -> int:
+    """The seed of sample ``sample`` of ``task_id`` in a rollout seeded ``seed`` (31 bits)."""
+    return stable_seed(seed, task_id, sample, nbytes=4, bits=31)
+
+
+def turn_seed(seed: int, turn: int) -> int:
+    """The sampling seed of turn ``turn`` (0-based) of the episode seeded ``seed`` (63 bits)."""
+    return stable_seed(seed, turn)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to run: trajectory ``id``, the ``task`` (or its id), the env's reset ``seed``
+    (None: the env's own), and what to add to ``trajectory.info`` (in this order)."""
+
+    id: str
+    task: Task | str
+    seed: int | None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def sample(self) -> int | None:
+        """The sample index within the task's group, as recorded in ``info`` (None when not)."""
+        return self.info.get("sample")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One token-mode turn: ``token_ids`` ``[T]`` as sampled (stop token included when one was
+    sampled), the sampler's ``logprobs`` ``[T]`` (None when the engine gives none), ``finish_reason``."""
+
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: str
+
+
+class Sampled(Protocol):
+    """What a token-mode generate function may return (``Generation`` or an engine's own type)."""
+
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Returned by a generate function that has no further turn: the episode ends with ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Token-mode limits (see the module docstring); None: no such limit."""
+
+    max_new_tokens: int | None = None
+    max_len: int | None = None
+    max_completion_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One turn asked of a generate function: the episode's ``env`` and ``spec``, its position
+    ``index`` in ``run_episodes``, the 0-based ``turn``, the turn's sampling ``seed`` (None when the
+    episode has none), the conversation so far, and in token mode the ``prompt_ids`` and the most
+    tokens it may sample (``max_tokens``, None: the engine's own limit)."""
+
+    env: Any
+    spec: EpisodeSpec
+    index: int
+    turn: int
+    seed: int | None
+    messages: list[Message]
+    prompt_ids: list[int] | None = None
+    max_tokens: int | None = None
+
+    def context(self) -> EpisodeContext:
+        """What a chat policy may know besides the messages (the env's task, tools, the seed)."""
+        task = self.env.task
+        return EpisodeContext(
+            task_id=task.id,
+            date=task.date,
+            seed=self.spec.seed or 0,
+            tools=self.env.tools,
+            ground_truth=task.ground_truth,
+        )
+
+
+GenerateFn = Callable[[Request], Awaitable["Message | Sampled | Stop"]]
+BatchGenerateFn = Callable[[list[Request]], "Sequence[Sampled] | Awaitable[Sequence[Sampled]]"]
+
+
+@dataclass
+class EpisodeResult:
+    """A finished episode: its ``trajectory``, the first turn's ``prompt_ids`` (token mode), the
+    number of generate calls (``turns``), the loop's ``stop_reason`` (None when the env ended it),
+    and the seconds spent generating, in the env, and in all."""
+
+    trajectory: Trajectory
+    prompt_ids: list[int] | None = None
+    turns: int = 0
+    stop_reason: str | None = None
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    wall_s: float = 0.0
+
+
+def policy_generate(policy: Policy) -> GenerateFn:
+    """A chat ``Policy`` (oracle, openai, litellm) as a generate function."""
+
+    async def generate(req: Request) -> Message:
+        return await policy.act(list(req.messages), req.context())
+
+    return generate
+
+
+async def _in(executor: cf.Executor | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, lambda: fn(*args, **kwargs))
+
+
+async def run_episode(
+    env: Any,
+    spec: EpisodeSpec,
+    generate: GenerateFn,
+    *,
+    expander: Expander | None = None,
+    stop_ids: Collection[int] | None = None,
+    limits: Limits = Limits(),
+    executor: cf.Executor | None = None,
+    index: int = 0,
+) -> EpisodeResult:
+    """Run one episode of ``spec`` on ``env`` with ``generate`` as the policy (module docstring).
+
+    ``expander`` turns on token mode (requests carry ``prompt_ids``); ``stop_ids`` default to the
+    expander's. Env calls run in ``executor`` (None: asyncio's default threads).
+    """
+    t_start = time.perf_counter()
+    await _in(executor, env.reset, seed=spec.seed, options={"task": spec.task})
+    stops = set(expander.stop_ids if stop_ids is None and expander is not None else stop_ids or ())
+    first: list[int] | None = None
+    reason: str | None = None
+    turn = 0
+    gen_s = env_s = 0.0
+    while True:
+        prompt: list[int] | None = None
+        max_tokens = limits.max_new_tokens
+        if expander is not None:
+            prompt = expander.generation_prompt_ids(env.messages)
+            first = prompt if first is None else first
+            if limits.max_len is not None and len(prompt) + (max_tokens or 0) > limits.max_len:
+                reason = "max_len"
+                break
+            if limits.max_completion_tokens is not None:
+                budget = limits.max_completion_tokens - (len(prompt) - len(first))
+                if budget <= 0:
+                    reason = "max_len"
+                    break
+                max_tokens = budget if max_tokens is None else min(max_tokens, budget)
+        seed = None if spec.seed is None else turn_seed(spec.seed, turn)
+        req = Request(env, spec, index, turn, seed, list(env.messages), prompt, max_tokens)
+        t0 = time.perf_counter()
+        out = await generate(req)
+        gen_s += time.perf_counter() - t0
+        turn += 1
+        if isinstance(out, Stop):
+            reason = out.reason
+            break
+        cut = False
+        if not isinstance(out, Message):
+            if expander is None:
+                raise ValueError("a generate function returned token ids, but run_episode got no expander")
+            ids = [int(t) for t in out.token_ids]
+            finish = "stop" if ids and ids[-1] in stops else "length"  # no stop token: the turn was cut
+            cut = finish == "length"
+            out = sampled_message(expander.tokenizer, ids, out.logprobs, finish, stops)
+        t0 = time.perf_counter()
+        _, _, terminated, truncated, _ = await _in(executor, env.step, out)
+        env_s += time.perf_counter() - t0
+        if terminated or truncated:
+            break
+        if cut:
+            reason = "generation_limit"
+            break
+    traj = env.trajectory(id=spec.id, stop_reason=reason)  # the env decides answered / unanswered
+    traj.info.update(spec.info)
+    wall = time.perf_counter() - t_start
+    return EpisodeResult(traj, first, turn, reason, gen_s, env_s, wall)
+
+
+class _Lockstep:
+    """Gathers one request from every live episode, then makes one ``generate_batch`` call (the
+    requests in episode order), so the episodes advance turn by turn together."""
+
+    def __init__(self, generate_batch: BatchGenerateFn, live: int) -> None:
+        self.generate_batch = generate_batch
+        self.live = live
+        self.pending: list[tuple[Request, asyncio.Future[Any]]] = []
+        self.calls = 0
+
+    async def generate(self, req: Request) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append((req, fut))
+        if len(self.pending) >= self.live:
+            await self._flush()
+        return await fut
+
+    async def done(self) -> None:
+        self.live -= 1
+        if self.pending and len(self.pending) >= self.live:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        batch = sorted(self.pending, key=lambda p: p[0].index)
+        self.pending = []
+        self.calls += 1
+        try:
+            outs = self.generate_batch([r for r, _ in batch])
+            if inspect.isawaitable(outs):
+                outs = await outs
+            if len(outs) != len(batch):
+                raise RuntimeError(f"the engine returned {len(outs)} generations for {len(batch)} prompts")
+        except BaseException as e:
+            for _, fut in batch:
+                fut.set_exception(e)
+            return
+        for (_, fut), gen in zip(batch, outs, strict=True):
+            fut.set_result(gen)
+
+
+async def run_episodes(
+    envs: Sequence[Any],
+    specs: Sequence[EpisodeSpec],
+    *,
+    generate: GenerateFn | None = None,
+    generate_batch: BatchGenerateFn | None = None,
+    expander: Expander | None = None,
+    stop_ids: Collection[int] | None = None,
+    limits: Limits = Limits(),
+    executor: cf.Executor | None = None,
+) -> list[EpisodeResult]:
+    """Run ``specs`` concurrently, episode ``i`` on ``envs[i]``; one result per spec, in order.
+
+    Give exactly one of ``generate`` (one request at a time, concurrently) or ``generate_batch``
+    (lock-step: a list of requests, one per live episode, in ``specs`` order; sync or async).
+    """
+    if (generate is None) == (generate_batch is None):
+        raise ValueError("give exactly one of generate and generate_batch")
+    if len(envs) < len(specs):
+        raise ValueError(f"{len(specs)} episodes need {len(specs)} envs, got {len(envs)}")
+    batcher = _Lockstep(generate_batch, len(specs)) if generate_batch is not None else None
+    gen = batcher.generate if batcher is not None else generate
+    assert gen is not None
+
+    async def one(i: int) -> EpisodeResult:
+        try:
+            return await run_episode(
+                envs[i], specs[i], gen, expander=expander, stop_ids=stop_ids, limits=limits,
+                executor=executor, index=i,
+            )  # fmt: skip
+        finally:
+            if batcher is not None:
+                await batcher.done()
+
+    return list(await asyncio.gather(*(one(i) for i in range(len(specs)))))
+
+
+def trim(gen: Sampled, max_tokens: int | None, stops: Collection[int]) -> Generation:
+    """``gen`` cut to ``max_tokens`` (a batched engine sampled up to the batch's largest limit)."""
+    ids, lps = list(gen.token_ids), gen.logprobs
+    if max_tokens is None or len(ids) <= max_tokens:
+        return Generation(ids, None if lps is None else list(lps), gen.finish_reason)
+    ids = ids[:max_tokens]
+    finish = "stop" if ids and ids[-1] in stops else "length"
+    return Generation(ids, None if lps is None else list(lps)[:max_tokens], finish)
