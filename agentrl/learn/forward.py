@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
-from agentrl.algos import entropy_from_logits
+from agentrl.algos import entropy_from_logits, logprobs_from_logits
 from agentrl.learn.models import autocast
 from agentrl.tokens import token_logprobs
 
@@ -75,12 +75,40 @@ class _Packing:
         return torch.where(keep, out, torch.zeros((), dtype=x.dtype, device=dev))
 
 
+def _split_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """(backbone, LM head) of a transformers causal LM whose head may run on selected positions; None
+    for a model whose forward must run whole (FSDP-sharded: its root's hooks gather the head, the
+    embeddings and the final norm)."""
+    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
+        return None
+    get_decoder = getattr(model, "get_decoder", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    decoder, head = get_decoder(), get_head()
+    return (decoder, head) if isinstance(decoder, nn.Module) and isinstance(head, nn.Module) else None
+
+
 def forward_logprobs(
-    model: nn.Module, batch: Batch, temperature: float = 1.0, with_entropy: bool = False, pack: bool = False
+    model: nn.Module,
+    batch: Batch,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    pack: bool = False,
+    policy_only: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token t | tokens < t) at temperature ``temperature``, and optionally the entropy of that
     distribution: ([B, T], [B, T] or None), 0 at t = 0 (the logits at t − 1 predict token t).
-    ``pack`` runs the forward pass on the rows packed into fewer lines (same results, less padding)."""
+    ``pack`` runs the forward pass on the rows packed into fewer lines (same results, less padding).
+
+    ``policy_only``: only the tokens under ``batch["loss_mask"]`` are wanted (0 elsewhere): the LM
+    head and the log-softmax run on those positions alone, so the [B, T, V] logits of the whole
+    batch are never built — the policy's turns are a small part of a multi-turn row, and the head's
+    cost and memory grow with the vocabulary. Same values as the full pass (the backbone is the
+    same; the head is a row-wise matmul)."""
+    split = _split_head(model) if policy_only and not pack else None
+    if split is not None:
+        return _policy_logprobs(split, batch, temperature, with_entropy)
     p = _Packing(batch, model) if pack else None
     inputs = p.inputs if p else _inputs(batch)
     with autocast(model):
@@ -94,6 +122,28 @@ def forward_logprobs(
         ent = torch.cat([torch.zeros_like(e[:, :1]), e], dim=1)
     if p is not None:
         lp, ent = p.unpack(lp), (None if ent is None else p.unpack(ent))
+    return lp, ent
+
+
+def _policy_logprobs(
+    split: tuple[nn.Module, nn.Module], batch: Batch, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    decoder, head = split
+    ids = batch["input_ids"]
+    want = batch["loss_mask"].bool().clone()
+    want[:, 0] = False  # token 0 has no prediction
+    with autocast(decoder):
+        hidden = decoder(**_inputs(batch)).last_hidden_state
+        # The hidden state at t − 1 predicts token t.
+        logits = head(hidden[:, :-1][want[:, 1:]]).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+    lp[want] = logprobs_from_logits(logits, ids[want]).float()
+    ent = None
+    if with_entropy:
+        ent = torch.zeros_like(lp)
+        ent[want] = entropy_from_logits(logits)
     return lp, ent
 
 

@@ -65,7 +65,7 @@ def sft_step(
     device = next(model.parameters()).device
     picked = [trajectories[rng.randrange(len(trajectories))] for _ in range(batch_size)]
     batch = {k: v.to(device) for k, v in collate(expander.expand_many(picked), pad_token_id=pad_id).items()}
-    lp, _ = forward_logprobs(model, batch)
+    lp, _ = forward_logprobs(model, batch, policy_only=True)
     loss = -masked_mean(lp, batch["loss_mask"])
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)

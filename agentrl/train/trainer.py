@@ -346,9 +346,9 @@ class Trainer:
     def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
         pack = self.cfg.algorithm.pack_sequences
         if self.ref is not None:
-            return forward_logprobs(self.ref, batch, temperature, pack=pack)[0]
+            return forward_logprobs(self.ref, batch, temperature, pack=pack, policy_only=True)[0]
         with self.model.disable_adapter():  # peft: the base model is the reference
-            return forward_logprobs(self.model, batch, temperature, pack=pack)[0]
+            return forward_logprobs(self.model, batch, temperature, pack=pack, policy_only=True)[0]
 
     def _log_tokens(self, step: int, ids: list[str], batch: dict[str, torch.Tensor]) -> None:
         """Keep the per-token numbers of this update (``tokens/step_NNNNN.npz``, for explain/report)."""
@@ -401,7 +401,10 @@ class Trainer:
             T, budget, pack = r.temperature, a.micro_batch_tokens, a.pack_sequences
             with full_params(self.model):
                 recomputed = chunked_forward(
-                    lambda b: forward_logprobs(self.model, b, T, pack=pack)[0], batch, budget, pack
+                    lambda b: forward_logprobs(self.model, b, T, pack=pack, policy_only=True)[0],
+                    batch,
+                    budget,
+                    pack,
                 )
             known = batch["known_logprobs"].to(self.device).bool() & mask.bool()
             if known.any():

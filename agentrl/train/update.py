@@ -191,7 +191,9 @@ def update_actor(
 
     def loss_fn(mb: Batch, denom: float):
         mask = mb["loss_mask"]
-        lp, ent = forward_logprobs(model, mb, temperature, with_entropy=True, pack=cfg.pack_sequences)
+        lp, ent = forward_logprobs(
+            model, mb, temperature, with_entropy=True, pack=cfg.pack_sequences, policy_only=True
+        )
         loss, ratios = policy_loss(
             mb["old_logprobs"], lp, mb["advantages"], mask,
             clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
