@@ -172,14 +172,9 @@ class Trainer:
         limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
         loop = EpisodeLoop(self.expander, self.stop_ids, limits, self.pool, r.temperature, r.top_p)
         self.engine: RolloutEngine = make_engine(
-            cfg,
-            self.model,
-            loop,
-            pad_id=self.pad_id,
-            step=self.step,
-            tokenizer=self.tokenizer,
+            cfg, self.model, loop, pad_id=self.pad_id, step=self.step, tokenizer=self.tokenizer,
             output_dir=self.out,
-        )
+        )  # fmt: skip
 
     def _tokenizer_texts(self) -> list[str]:
         """What a ``tiny:`` model's tokenizer is trained on: oracle trajectories' messages."""
@@ -260,8 +255,7 @@ class Trainer:
     def _forward_passes(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Old log-probs (the sampler's where they are exact, else recomputed), reference log-probs
         and values, written into ``batch``; returns the sampler-vs-trainer log-prob gap."""
-        r, a, m = self.cfg.rollout, self.cfg.algorithm, {}
-        mask = batch["loss_mask"]
+        r, a, m, mask = self.cfg.rollout, self.cfg.algorithm, {}, batch["loss_mask"]
         T, budget, pack = r.temperature, a.micro_batch_tokens, a.pack_sequences
         with full_params(self.model):
             recomputed = chunked_forward(
