@@ -32,9 +32,10 @@ def _modules(seed: int) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimize
     torch.manual_seed(seed)
     model, critic, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 1), torch.nn.Linear(3, 2)
     opt, critic_opt = torch.optim.AdamW(model.parameters()), torch.optim.AdamW(critic.parameters())
-    for module, o in ((model, opt), (critic, critic_opt)):  # give the optimisers some state
-        module(torch.ones(1, 3)).sum().backward()
-        o.step()
+    for _ in range(seed + 1):  # give the optimisers state that differs with the seed
+        for module, o in ((model, opt), (critic, critic_opt)):
+            module(torch.full((1, 3), seed + 1.0)).sum().backward()
+            o.step()
     return {"model": (model, opt), "critic": (critic, critic_opt), "ref": (ref, None)}
 
 
