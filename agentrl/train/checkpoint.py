@@ -1,21 +1,110 @@
 """Checkpoints: model, critic, optimisers, schedulers, KL coefficient, step and every RNG state,
-so that ``agentrl train --resume`` continues exactly where a run stopped."""
+so that ``agentrl train --resume`` continues exactly where a run stopped.
+
+``TrainState`` is the run's state besides the weights (step, scheduler, KL coefficient, config and
+its hash); ``save_run`` writes it with the modules of ``build.Models.checkpointed()`` and
+``restore_run`` reads both back. ``state.pt`` keeps the keys it always had (``step``, ``scheduler``,
+``kl_coef``, ``config``, ``rng``, ``sharded``, ``model``, ``optimizer``, ``critic``,
+``critic_optimizer``, ``ref``), so older checkpoints load; ``config_hash`` is new (absent: "")."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from agentrl.errors import ConfigError
 from agentrl.rundir import META, SHARDED, STATE, step_name
 from agentrl.train.distributed import barrier, is_main
+from agentrl.train.fsdp import load_sharded, sharded_state
 
-__all__ = ["load_checkpoint", "save_checkpoint"]
+__all__ = ["TrainState", "config_hash", "load_checkpoint", "restore_run", "save_checkpoint", "save_run"]
+
+Modules = dict[str, tuple[torch.nn.Module, torch.optim.Optimizer | None]]
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """sha256 of a config's canonical JSON (what a checkpoint was trained with)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class TrainState:
+    """A run's state besides weights and RNG (the RNG states are saved and restored with it)."""
+
+    step: int
+    scheduler: dict[str, Any]
+    kl_coef: float
+    config: dict[str, Any]
+    sharded: bool = False
+    config_hash: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scheduler": self.scheduler,
+            "kl_coef": self.kl_coef,
+            "config": self.config,
+            "sharded": self.sharded,
+            "config_hash": self.config_hash or config_hash(self.config),
+        }
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> TrainState:
+        return cls(
+            step=int(state["step"]),
+            scheduler=state["scheduler"],
+            kl_coef=float(state["kl_coef"]),
+            config=state.get("config", {}),
+            sharded=bool(state.get("sharded")),
+            config_hash=state.get("config_hash", ""),
+        )
+
+
+def _optimizer_key(name: str) -> str:
+    return "optimizer" if name == "model" else f"{name}_optimizer"
+
+
+def save_run(directory: Path, state: TrainState, modules: Modules) -> Path | None:
+    """Checkpoint step ``state.step``; call it on every rank. Sharded (FSDP) ranks each write their
+    shards with ``torch.distributed.checkpoint``; otherwise rank 0 writes everything (None elsewhere)."""
+    if state.sharded:
+        return save_checkpoint(directory, state.step, state.to_dict(), sharded=sharded_state(modules))
+    if not is_main():
+        return None
+    full = state.to_dict()
+    for name, (module, opt) in modules.items():
+        full[name] = module.state_dict()
+        if opt is not None:
+            full[_optimizer_key(name)] = opt.state_dict()
+    return save_checkpoint(directory, state.step, full)
+
+
+def restore_run(path: Path, modules: Modules, *, sharded: bool) -> TrainState:
+    """Load the checkpoint at ``path`` into ``modules`` (in place), restore the RNG states and return
+    its ``TrainState``; a checkpoint written the other way (FSDP or not) is a ``ConfigError``."""
+    full = load_checkpoint(path)
+    state = TrainState.from_dict(full)
+    if state.sharded != sharded:
+        raise ConfigError(
+            f"--resume: {path} was written with parallelism {'fsdp' if state.sharded else 'ddp'}; "
+            f"resume it the same way"
+        )
+    if sharded:
+        load_sharded(path / SHARDED, modules)
+        return state
+    for name, (module, opt) in modules.items():
+        if name == "model" or name in full:
+            module.load_state_dict(full[name])
+            if opt is not None:
+                opt.load_state_dict(full[_optimizer_key(name)])
+    return state
 
 
 def save_checkpoint(

@@ -143,19 +143,9 @@ def _full_state_dict(model: Any) -> dict[str, Any] | None:
 
 
 def vllm_engine(trainer: Any) -> VLLMEngine:
-    """The trainer's ``VLLMEngine``, made on first use: checks the server's version and pushes the
-    current (warm-started or resumed) weights, so the first rollout samples from them."""
-    engine = getattr(trainer, "_vllm_engine", None)
-    if engine is None:
-        cfg = trainer.cfg
-        lora = cfg.model.lora_rank > 0
-        if cfg.vllm.sync == "lora" and not lora:
-            raise ConfigError("vllm.sync: lora needs model.lora_rank > 0")
-        if cfg.vllm.sync in ("full", "nccl") and lora:
-            raise ConfigError(f"vllm.sync: {cfg.vllm.sync} sends whole models; with LoRA use sync: lora")
-        engine = VLLMEngine(
-            cfg.vllm, default_model=cfg.model.path, output_dir=trainer.out, tokenizer=trainer.tokenizer
-        )
-        engine.sync(trainer.model, trainer.step)
-        trainer._vllm_engine = engine
-    return engine
+    """The ``VLLMEngine`` of a trainer set up with ``rollout.engine: vllm``, made on first use (see
+    ``agentrl.train.engines.VLLMRollout.server``)."""
+    server = getattr(trainer.engine, "server", None)
+    if server is None:
+        raise ConfigError("this trainer samples with rollout.engine: hf, not a vLLM server")
+    return server()

@@ -13,6 +13,7 @@ import torch
 from agentrl.errors import ConfigError
 from agentrl.learn.models import build_tiny_model
 from agentrl.train import TrainConfig, Trainer
+from agentrl.train.vllm_engine import vllm_engine
 from agentrl.trajectory import read_trajectories
 from tests.policy_vllm.conftest import TINY_SPEC, base_config
 
@@ -103,4 +104,4 @@ def test_lora_run_hot_swaps_the_adapter_after_each_update(tmp_path, fake):
     gens = [b["model"] for _, p, b in srv.calls if p == "/v1/completions"]
     assert gens and set(gens) == {"agentrl-policy-step00000"}  # the adapter loaded before the rollout
     assert m["actor/rollout_logprob_diff"] < 1e-4  # the served adapter is the trainer's
-    assert list(srv.adapters) == ["agentrl-policy-step00001"] and t._vllm_engine.served_model in srv.adapters
+    assert list(srv.adapters) == ["agentrl-policy-step00001"] and vllm_engine(t).served_model in srv.adapters

@@ -228,7 +228,7 @@ def test_lora_policy_with_the_base_model_as_reference(tmp_path):
     cfg = _cfg(tmp_path, **{"model.lora_rank": 4, "algorithm.kl_loss_coef": 0.1, "sft_steps": 0, "steps": 1})
     t = Trainer(cfg, progress=False)
     t.setup()
-    assert t.ref is None and t.uses_ref
+    assert t.ref is None and t.models.uses_ref
     with torch.no_grad():  # move the adapters off zero, so that the policy differs from its base
         for k, v in t.model.named_parameters():
             if "lora_B" in k:

@@ -1,0 +1,146 @@
+"""Rollout engines: how a training step samples its episodes, chosen once at setup (``rollout.engine``).
+
+Both run the one episode loop (``agentrl.rollout.episode``) and differ only in the generate function:
+
+- ``HFEngine`` (``hf``): the trainer's own model samples, all episodes in lock-step through
+  ``hf_generate_batch``; under FSDP the weights are gathered once per rollout, so ranks may sample
+  different lengths. It samples from the live model, so nothing is synced after an update.
+- ``VLLMRollout`` (``vllm``): a vLLM server samples (``agentrl.train.vllm_engine.VLLMEngine``);
+  after each update rank 0 pushes the new weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from agentrl.errors import ConfigError
+from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
+from agentrl.tokens import Expander
+from agentrl.train.config import TrainConfig
+from agentrl.train.fsdp import full_params
+from agentrl.train.generate import hf_generate_batch
+from agentrl.trajectory import Trajectory
+
+__all__ = ["EpisodeLoop", "HFEngine", "RolloutEngine", "VLLMRollout", "make_engine"]
+
+
+class RolloutEngine(Protocol):
+    """What the trainer needs from a sampler."""
+
+    def rollout(self, envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
+        """Run ``specs`` (one env each) through the episode loop; one trajectory per spec, in order."""
+        ...
+
+    def after_update(self, model: torch.nn.Module, step: int) -> None:
+        """Make the next rollout sample from ``model`` as updated at ``step`` (collective: every rank)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds."""
+        ...
+
+
+@dataclass(frozen=True)
+class EpisodeLoop:
+    """The episode loop's settings shared by every engine of a run."""
+
+    expander: Expander
+    stop_ids: Collection[int]
+    limits: Limits
+    executor: cf.Executor
+    temperature: float
+    top_p: float
+
+
+class HFEngine:
+    """The trainer's model samples all of a step's episodes in lock-step."""
+
+    def __init__(self, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int) -> None:
+        self.model, self.loop, self.pad_id = model, loop, pad_id
+
+    def rollout(self, envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
+        lp = self.loop
+        with full_params(self.model):
+            gen = hf_generate_batch(
+                self.model,
+                stop_ids=lp.stop_ids,
+                pad_id=self.pad_id,
+                temperature=lp.temperature,
+                top_p=lp.top_p,
+            )
+            results = asyncio.run(
+                run_episodes(
+                    envs, specs, generate_batch=gen, expander=lp.expander, stop_ids=lp.stop_ids,
+                    limits=lp.limits, executor=lp.executor,
+                )
+            )  # fmt: skip
+        return [res.trajectory for res in results]
+
+    def after_update(self, model: torch.nn.Module, step: int) -> None:
+        """Nothing to do: the next rollout samples from the live model."""
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+class VLLMRollout:
+    """A vLLM server samples; after each update rank 0 pushes the new weights (``VLLMEngine.sync``).
+
+    The server connection is made on first use (``server()``): it checks the server's version and
+    pushes ``model`` as it is then (warm-started or resumed), so the first rollout samples from it."""
+
+    def __init__(self, cfg: TrainConfig, model: torch.nn.Module, loop: EpisodeLoop, *, step: int,
+                 tokenizer: Any, output_dir: Path) -> None:  # fmt: skip
+        lora = cfg.model.lora_rank > 0
+        if cfg.vllm.sync == "lora" and not lora:
+            raise ConfigError("vllm.sync: lora needs model.lora_rank > 0")
+        if cfg.vllm.sync in ("full", "nccl") and lora:
+            raise ConfigError(f"vllm.sync: {cfg.vllm.sync} sends whole models; with LoRA use sync: lora")
+        self.cfg, self.model, self.loop, self.step = cfg, model, loop, step
+        self.tokenizer, self.output_dir = tokenizer, output_dir
+        self._server: Any = None
+
+    def server(self) -> Any:
+        """The run's ``agentrl.train.vllm_engine.VLLMEngine``, made (and synced) on first use."""
+        if self._server is None:
+            from agentrl.train.vllm_engine import VLLMEngine
+
+            cfg = self.cfg
+            server = VLLMEngine(
+                cfg.vllm, default_model=cfg.model.path, output_dir=self.output_dir, tokenizer=self.tokenizer
+            )
+            server.sync(self.model, self.step)
+            self._server = server
+        return self._server
+
+    def rollout(self, envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
+        lp = self.loop
+        results = self.server().run_episodes(
+            envs, specs, expander=lp.expander, stop_ids=lp.stop_ids, limits=lp.limits,
+            temperature=lp.temperature, top_p=lp.top_p, executor=lp.executor,
+        )  # fmt: skip
+        return [res.trajectory for res in results]
+
+    def after_update(self, model: torch.nn.Module, step: int) -> None:
+        """Rank 0 pushes the new weights; every rank waits for it."""
+        self.server().sync(model, step)
+
+    def close(self) -> None:
+        """Nothing held between rollouts (each opens and closes its own client)."""
+
+
+def make_engine(
+    cfg: TrainConfig, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, step: int, tokenizer: Any,
+    output_dir: Path,
+) -> RolloutEngine:  # fmt: skip
+    """The engine ``cfg.rollout.engine`` names, sampling from ``model`` (as it is at ``step``)."""
+    if cfg.rollout.engine == "vllm":
+        return VLLMRollout(cfg, model, loop, step=step, tokenizer=tokenizer, output_dir=output_dir)
+    return HFEngine(model, loop, pad_id=pad_id)
