@@ -9,14 +9,8 @@ import pytest
 from agentrl.credentials import PLACEHOLDER_KEY, explicit_key, is_openai_api, key_for, litellm_key
 from agentrl.errors import ConfigError
 
-REAL = "sk-real-openai-secret"
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", REAL)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+# REAL is in the environment as $OPENAI_API_KEY for every test of this module.
+from tests.openai_key import REAL, real_openai_key_in_env  # noqa: F401
 
 
 @pytest.fixture(scope="module")

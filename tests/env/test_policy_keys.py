@@ -15,16 +15,10 @@ from agentrl.trajectory import Message
 from tests.judge.fake_server import chat_completion
 from tests.local_http import RecordingServer
 
+# REAL is in the environment as $OPENAI_API_KEY for every test of this module.
+from tests.openai_key import REAL, real_openai_key_in_env  # noqa: F401
+
 from .openai_server import FakeChatServer
-
-REAL = "sk-real-openai-secret"
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", REAL)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
 
 
 @pytest.fixture

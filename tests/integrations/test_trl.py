@@ -73,40 +73,10 @@ def test_unknown_prompt_is_a_config_error():
 def test_grpo_trainer_trains_on_what_the_rollout_handed_over(tmp_path):
     pytest.importorskip("trl", reason="trl is not installed (pip install 'agentrl[trl]')")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
-    from datasets import Dataset
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
 
-    tok = tokenizer()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-    )
     rows = task_rows(ENV_CONFIG, engine="trl", limit=2)
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=64,
-        use_cpu=True,
-        report_to=[],
-        max_steps=1,
-        bf16=False,
-    )
-    trainer = GRPOTrainer(
-        model=LlamaForCausalLM(cfg),
-        processing_class=tok,
-        reward_funcs=[make_reward_func(SETTINGS)],
-        args=args,
-        train_dataset=Dataset.from_list(rows),
-        rollout_func=make_rollout_func(SETTINGS, generate_batch=BatchedOracle()),
+    trainer = _tiny_grpo_trainer(
+        tmp_path, rows, 2, make_rollout_func(SETTINGS, generate_batch=BatchedOracle())
     )
     inputs = [dict(rows[0]), dict(rows[1])]
     batch = trainer._generate_and_score_completions(inputs)
@@ -134,10 +104,6 @@ def test_a_judge_error_stays_out_of_trls_group_baseline(tmp_path):
     native trainer gives them on the same trajectories."""
     pytest.importorskip("trl", reason="trl is not installed (pip install 'agentrl[trl]')")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import torch
-    from datasets import Dataset
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
 
     from agentrl.integrations.mapping import trl_rollout_fields
     from tests.integrations.helpers import graded_episodes, native_grpo
@@ -147,6 +113,29 @@ def test_a_judge_error_stays_out_of_trls_group_baseline(tmp_path):
 
     def rollout(prompts, trainer):  # what our rollout_func hands TRL for these episodes
         return trl_rollout_fields(episodes if len(prompts) == len(episodes) else [episodes[k] for k in kept])
+
+    row = task_rows(ENV_CONFIG, engine="trl", limit=1)[0]
+    assert row["task_id"] == episodes[0].trajectory.task_id
+    trainer = _tiny_grpo_trainer(tmp_path, [row], 4, rollout)
+    with_error = trainer._generate_and_score_completions([dict(row) for _ in range(4)])["advantages"]
+    trainer.num_generations = 3  # the same group without the failed member, through the same code
+    without = trainer._generate_and_score_completions([dict(row) for _ in range(3)])["advantages"]
+    native = native_grpo(episodes)
+    assert with_error[2].item() == 0.0  # the failed member: no advantage
+    for j, k in enumerate(kept):
+        assert with_error[k].item() == pytest.approx(without[j].item(), abs=1e-6)
+        # TRL divides by std + 1e-4, the native trainer by std + 1e-6.
+        assert with_error[k].item() == pytest.approx(native[episodes[k].trajectory.id][1], rel=1e-3)
+    assert np.std([with_error[k].item() for k in kept]) > 0.5  # rewards vary within the group
+
+
+def _tiny_grpo_trainer(tmp_path, rows, n, rollout_func):
+    """TRL's GRPOTrainer on a 1-layer Llama, ``n`` generations per prompt (one step on the CPU),
+    rewarded by our reward function, with ``rollout_func`` as its rollout."""
+    import torch
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
 
     tok = tokenizer()
     torch.manual_seed(0)
@@ -159,33 +148,21 @@ def test_a_judge_error_stays_out_of_trls_group_baseline(tmp_path):
         num_key_value_heads=1,
         max_position_embeddings=4096,
     )
-    row = task_rows(ENV_CONFIG, engine="trl", limit=1)[0]
-    assert row["task_id"] == episodes[0].trajectory.task_id
     args = GRPOConfig(
         output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
+        per_device_train_batch_size=n,
+        num_generations=n,
         max_completion_length=64,
         use_cpu=True,
         report_to=[],
         max_steps=1,
         bf16=False,
     )
-    trainer = GRPOTrainer(
+    return GRPOTrainer(
         model=LlamaForCausalLM(cfg),
         processing_class=tok,
         reward_funcs=[make_reward_func(SETTINGS)],
         args=args,
-        train_dataset=Dataset.from_list([row]),
-        rollout_func=rollout,
+        train_dataset=Dataset.from_list(rows),
+        rollout_func=rollout_func,
     )
-    with_error = trainer._generate_and_score_completions([dict(row) for _ in range(4)])["advantages"]
-    trainer.num_generations = 3  # the same group without the failed member, through the same code
-    without = trainer._generate_and_score_completions([dict(row) for _ in range(3)])["advantages"]
-    native = native_grpo(episodes)
-    assert with_error[2].item() == 0.0  # the failed member: no advantage
-    for j, k in enumerate(kept):
-        assert with_error[k].item() == pytest.approx(without[j].item(), abs=1e-6)
-        # TRL divides by std + 1e-4, the native trainer by std + 1e-6.
-        assert with_error[k].item() == pytest.approx(native[episodes[k].trajectory.id][1], rel=1e-3)
-    assert np.std([with_error[k].item() for k in kept]) > 0.5  # rewards vary within the group

@@ -13,14 +13,8 @@ from tests.judge.conftest import GOOD_REPORT, make_trajectory
 from tests.judge.test_llm import RUBRIC, model, requests_for, score
 from tests.local_http import RecordingServer
 
-REAL = "sk-real-openai-secret"
-
-
-@pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", REAL)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+# REAL is in the environment as $OPENAI_API_KEY for every test of this module.
+from tests.openai_key import REAL, real_openai_key_in_env  # noqa: F401
 
 
 def test_base_url_from_the_environment_gets_no_real_key(judge_server, monkeypatch):
