@@ -86,6 +86,9 @@ def main(out: str) -> None:
     everyone = [row for part in all_gather_objects(advantages) for row in part]
     if rank() == 0:
         torch.save({"state": state, "advantages": everyone, "metrics": metrics}, out)
+    # Leave the group together: a rank that exits with gloo's threads still running aborts.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
