@@ -8,6 +8,7 @@ same step in the calling process. ``tests/train/test_rank_equality.py`` compares
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -86,9 +87,14 @@ def main(out: str) -> None:
     everyone = [row for part in all_gather_objects(advantages) for row in part]
     if rank() == 0:
         torch.save({"state": state, "advantages": everyone, "metrics": metrics}, out)
-    # Leave the group together: a rank that exits with gloo's threads still running aborts.
+    # Leave the group together, then skip the interpreter's teardown: under load, gloo's threads
+    # could still be joinable when C++ static destructors run ("terminate called without an
+    # active exception", SIGABRT) after the work is done and saved.
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
