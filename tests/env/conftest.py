@@ -25,3 +25,19 @@ def call(name: str, **args) -> str:
     import json
 
     return f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
+
+
+def judge_and_replay(stored: Path, rubric: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """Re-score the stored trajectories ``stored`` (rewards cleared) twice, through the CLIs:
+    ``agentrl judge`` with each trajectory's recorded rubric, and ``agentrl replay --rubric
+    RUBRIC``, no verdict cache either time; returns each path's rewards by trajectory id."""
+    from agentrl.cli import main
+    from agentrl.trajectory import read_trajectories
+
+    judged, rescored = tmp_path / "judged.jsonl", tmp_path / "rescored.jsonl"
+    assert main(["judge", str(stored), "--out", str(judged), "--no-cache", "--json"]) == 0
+    args = ["replay", str(stored), "--rubric", str(rubric), "--no-judge-cache", "--out", str(rescored)]
+    assert main([*args, "--format", "json"]) == 0
+    by_judge = {t.id: t.reward for t in read_trajectories(judged)}
+    by_replay = {t.id: t.reward for t in read_trajectories(rescored)}
+    return by_judge, by_replay

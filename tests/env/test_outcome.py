@@ -11,7 +11,6 @@ import math
 
 import pytest
 
-from agentrl.cli import main
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
 from agentrl.trajectory import (
@@ -19,11 +18,10 @@ from agentrl.trajectory import (
     Message,
     ToolCall,
     Trajectory,
-    read_trajectories,
     write_trajectories,
 )
 
-from .conftest import ALPHABET, call
+from .conftest import ALPHABET, call, judge_and_replay
 
 TASK = "alphabet-2025-cloud"  # deterministic rubric: accuracy 1 + temporal 1 + citation 0.5
 RUBRIC = ALPHABET / "rubrics" / "cloud-offline.yaml"
@@ -149,20 +147,14 @@ def test_cut_turns_get_an_error_observation_and_are_counted(episodes):
     assert "token limit" in errors[1] and "answer is not taken" in errors[1]
 
 
-def test_env_judge_cli_and_replay_give_the_same_reward(episodes, tmp_path, capsys):
+def test_env_judge_cli_and_replay_give_the_same_reward(episodes, tmp_path):
     """The stored trajectories, re-scored by ``agentrl judge`` (rubric from ``info.rubric``) and by
     ``agentrl replay --rubric``, get exactly the env's reward."""
     stored = tmp_path / "run.jsonl"
     write_trajectories(
         stored, [t.model_copy(update={"id": name, "reward": None}) for name, (t, _, _) in episodes.items()]
     )
-    judged, rescored = tmp_path / "judged.jsonl", tmp_path / "rescored.jsonl"
-    assert main(["judge", str(stored), "--out", str(judged), "--no-cache", "--json"]) == 0
-    args = ["replay", str(stored), "--rubric", str(RUBRIC), "--no-judge-cache", "--out", str(rescored)]
-    assert main([*args, "--format", "json"]) == 0
-    capsys.readouterr()
-    by_judge = {t.id: t.reward for t in read_trajectories(judged)}
-    by_replay = {t.id: t.reward for t in read_trajectories(rescored)}
+    by_judge, by_replay = judge_and_replay(stored, RUBRIC, tmp_path)
     for name, (traj, step_reward, _) in episodes.items():
         assert by_judge[name].total == step_reward == traj.reward.total, name
         assert by_replay[name].total == step_reward, name

@@ -14,9 +14,9 @@ from agentrl.env import ResearchEnv
 from agentrl.policy import OraclePolicy
 from agentrl.rollout.probe import SHORTCUTS, ShortcutPolicy, format_table, probe
 from agentrl.rollout.runner import run_policy_episode
-from agentrl.trajectory import read_trajectories, write_trajectories
+from agentrl.trajectory import write_trajectories
 
-from .conftest import ROOT
+from .conftest import ROOT, judge_and_replay
 
 QUICKSTART = str(ROOT / "examples" / "quickstart-env")
 
@@ -108,7 +108,7 @@ def test_on_the_traps_not_yet_published_needs_the_figure_and_its_source(family, 
     assert verdict["accuracy"] == "Fully Satisfied" and verdict["citation"] == "Not Satisfied"
 
 
-def test_env_judge_and_replay_agree_on_evidence_graded_trajectories(tmp_path, capsys):
+def test_env_judge_and_replay_agree_on_evidence_graded_trajectories(tmp_path):
     env = ResearchEnv()
     task = next(t for t in env.suite.tasks if t.family == "trap_quarter")
     policies = [
@@ -128,13 +128,7 @@ def test_env_judge_and_replay_agree_on_evidence_graded_trajectories(tmp_path, ca
     write_trajectories(stored, [t.model_copy(update={"reward": None}) for t in trajs])
     rubric = tmp_path / "task.yaml"
     rubric.write_text(json.dumps(task.rubric), encoding="utf-8")
-    judged, rescored = tmp_path / "judged.jsonl", tmp_path / "rescored.jsonl"
-    assert main(["judge", str(stored), "--out", str(judged), "--no-cache", "--json"]) == 0
-    args = ["replay", str(stored), "--rubric", str(rubric), "--no-judge-cache", "--out", str(rescored)]
-    assert main([*args, "--format", "json"]) == 0
-    capsys.readouterr()
-    by_judge = {t.id: t.reward for t in read_trajectories(judged)}
-    by_replay = {t.id: t.reward for t in read_trajectories(rescored)}
+    by_judge, by_replay = judge_and_replay(stored, rubric, tmp_path)
     for tid, total in env_rewards.items():
         assert by_judge[tid].total == total and by_replay[tid].total == total, tid
         assert [c.verdict for c in by_judge[tid].criteria] == [c.verdict for c in by_replay[tid].criteria]
