@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
-from agentrl.learn.models import autocast
+from agentrl.learn.models import autocast, is_sharded
 from agentrl.tokens import token_logprobs
 
 __all__ = ["chunked_forward", "forward_logprobs", "forward_values", "micro_batches"]
@@ -79,7 +79,7 @@ def _split_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """(backbone, LM head) of a transformers causal LM whose head may run on selected positions; None
     for a model whose forward must run whole (FSDP-sharded: its root's hooks gather the head, the
     embeddings and the final norm)."""
-    if any(type(p).__name__ == "DTensor" for p in model.parameters()):
+    if is_sharded(model):
         return None
     get_decoder = getattr(model, "get_decoder", None)
     get_head = getattr(model, "get_output_embeddings", None)

@@ -20,7 +20,16 @@ from torch import nn
 
 from agentrl.errors import ConfigError
 
-__all__ = ["ValueModel", "autocast", "build_tiny_model", "frozen_copy", "parse_tiny_spec", "shifted"]
+__all__ = [
+    "ValueModel",
+    "autocast",
+    "build_tiny_model",
+    "frozen_copy",
+    "fsdp_modules",
+    "is_sharded",
+    "parse_tiny_spec",
+    "shifted",
+]
 
 _TINY_KEYS = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 0, "max_positions": 4096}
 
@@ -58,6 +67,18 @@ def build_tiny_model(vocab_size: int, spec: str = "tiny:", seed: int = 0) -> nn.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(cfg)
+
+
+def fsdp_modules(module: nn.Module) -> list[Any]:
+    """``module``'s submodules (itself included) that FSDP2 manages."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in module.modules() if isinstance(m, FSDPModule)]
+
+
+def is_sharded(module: nn.Module) -> bool:
+    """Whether ``module`` (or a submodule) is managed by FSDP2."""
+    return bool(fsdp_modules(module))
 
 
 def autocast(model: nn.Module) -> contextlib.AbstractContextManager[Any]:

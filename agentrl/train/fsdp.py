@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from agentrl.learn.models import fsdp_modules, is_sharded
+
 __all__ = [
     "dummy_micro_batch",
     "full_params",
@@ -31,17 +33,6 @@ __all__ = [
     "shard_model",
     "sharded_state",
 ]
-
-
-def _fsdp_modules(module: nn.Module) -> list[Any]:
-    from torch.distributed.fsdp import FSDPModule
-
-    return [m for m in module.modules() if isinstance(m, FSDPModule)]
-
-
-def is_sharded(module: nn.Module) -> bool:
-    """Whether ``module`` (or a submodule) is managed by FSDP2."""
-    return bool(_fsdp_modules(module))
 
 
 def _block_types(model: nn.Module) -> set[str]:
@@ -71,7 +62,7 @@ def shard_model(model: nn.Module, *, mixed_precision: bool = False) -> nn.Module
 
 def set_grad_divide(module: nn.Module, factor: float) -> None:
     """Divide the summed gradients by ``factor`` (1.0: a plain sum over ranks; the world size: a mean)."""
-    for m in _fsdp_modules(module):
+    for m in fsdp_modules(module):
         m.set_gradient_divide_factor(float(factor))
         m.set_force_sum_reduction_for_comms(True)
 
@@ -80,7 +71,7 @@ def set_grad_divide(module: nn.Module, factor: float) -> None:
 def full_params(module: nn.Module | None) -> Iterator[None]:
     """Gather ``module``'s sharded parameters once (a collective on every rank), so that the forward
     passes inside make no collective calls; reshard on exit. A no-op for unsharded modules."""
-    mods = _fsdp_modules(module) if module is not None else []
+    mods = fsdp_modules(module) if module is not None else []
     if not mods:
         yield
         return
