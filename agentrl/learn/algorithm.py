@@ -127,6 +127,7 @@ class AlgorithmConfig(BaseModel):
     rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
     recompute_old_logprobs: Literal["auto", "always", "never"] = Field(
         "auto",
-        description="recompute old log-probs with a forward pass: auto = where the rollout's are unknown "
-        "or were sampled at a temperature other than 1",
+        description="recompute old log-probs with a forward pass: auto = where the rollout's are unknown, "
+        "sampled with top-p < 1 or one step behind (staleness 1); always; never = the sampler's, and no "
+        "forward pass when every policy token has one (no actor/rollout_logprob_diff then)",
     )

@@ -97,6 +97,27 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return ref.eval()
 
 
+def train_last_layers(model: nn.Module, n: int) -> int:
+    """Freeze all of a causal LM but its last ``n`` decoder layers and the final norm: the embeddings,
+    the layers below and the LM head (tied to the embeddings in most small models) get no gradient,
+    so backward stops at the lowest trained layer and the optimiser keeps state for those layers
+    only. Returns the number of trainable parameters. ``n`` ≥ the layer count trains every layer
+    but still freezes the embeddings and the head."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise ConfigError(
+            f"model.trainable_layers: cannot find the decoder layers of {type(model).__name__} "
+            "(expected model.get_decoder().layers)"
+        )
+    model.requires_grad_(False)
+    kept = list(layers)[-n:] if n > 0 else []
+    norm = getattr(decoder, "norm", None)
+    for module in [*kept, *([norm] if isinstance(norm, nn.Module) else [])]:
+        module.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def shifted(x: torch.Tensor) -> torch.Tensor:
     """[B, T] outputs at positions 0..T−1 → [B, T] predictions for tokens 0..T−1 (0 for token 0)."""
     return torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)

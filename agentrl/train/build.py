@@ -19,7 +19,7 @@ import torch
 from agentrl.algos import AdaptiveKLController, FixedKLController
 from agentrl.errors import ConfigError
 from agentrl.learn.forward import set_logits_chunk
-from agentrl.learn.models import ValueModel, build_tiny_model, frozen_copy
+from agentrl.learn.models import ValueModel, build_tiny_model, frozen_copy, train_last_layers
 from agentrl.train.config import OptimConfig, TrainConfig
 from agentrl.train.distributed import broadcast_parameters, world_size
 from agentrl.train.fsdp import shard_model
@@ -110,6 +110,8 @@ def _policy(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
         }
         model = _pretrained(AutoModelForCausalLM, "model.path", m.path, dtype=dtype[m.dtype])
     set_logits_chunk(model, m.logits_chunk_tokens)  # the reference, a deep copy, inherits it
+    if m.trainable_layers > 0:
+        train_last_layers(model, m.trainable_layers)
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if m.lora_rank > 0:

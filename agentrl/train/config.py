@@ -54,6 +54,12 @@ class ModelConfig(_Strict):
     )
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (GPU memory)")
     lora_rank: int = Field(0, ge=0, description="LoRA rank via peft; 0 = full fine-tuning")
+    trainable_layers: int = Field(
+        0,
+        ge=0,
+        description="train only the last N decoder layers and the final norm (embeddings, lower layers and "
+        "head frozen: backward stops at layer L−N; a CPU recipe for pretrained models); 0 = every parameter",
+    )
     logits_chunk_tokens: int = Field(
         256,
         ge=0,
@@ -182,6 +188,11 @@ class TrainConfig(_Strict):
     sft_noise: float = Field(0.3, ge=0, le=1, description="oracle noise for the warm-start data")
     sft_episodes: int = Field(256, ge=1, description="oracle episodes of warm-start data (tasks are cycled)")
     sft_lr: float = Field(1e-3, ge=0, description="learning rate of the warm start")
+    sft_batch_size: int = Field(
+        16,
+        ge=1,
+        description="trajectories per warm-start step (run in micro-batches of algorithm.micro_batch_tokens)",
+    )
     seed: int = Field(0, description="seed of models, sampling and task order")
     output_dir: str = Field("runs/train", description="metrics.jsonl, trajectories, checkpoints, plots")
     checkpoint_every: int = Field(0, ge=0, description="save a checkpoint every k steps; 0 = at the end only")
@@ -206,6 +217,10 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "algorithm.dynamic_sampling refills a step with more rollouts while rollout.staleness 1 "
                 "already samples the next step in the background: use one of them"
+            )
+        if self.model.trainable_layers > 0 and self.model.lora_rank > 0:
+            raise ValueError(
+                "model.trainable_layers and model.lora_rank both choose what trains: set one of them"
             )
         overlong = self.algorithm.overlong
         if overlong.enable and overlong.max_tokens is None:  # the most policy tokens an episode samples

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from agentrl.algos import masked_mean
+from agentrl.algos import EPS, masked_mean
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
-from agentrl.learn.forward import forward_logprobs
+from agentrl.learn.forward import forward_logprobs, micro_batches
 from agentrl.tokens import Expander, collate
 from agentrl.trajectory import Trajectory
 
@@ -59,16 +59,33 @@ def sft_step(
     rng: random.Random,
     pad_id: int,
     grad_clip: float = 1.0,
+    micro_batch_tokens: int | None = None,
 ) -> float:
-    """One optimiser step of −mean log p over the policy tokens of ``batch_size`` sampled trajectories."""
+    """One optimiser step of −mean log p over the policy tokens of ``batch_size`` sampled trajectories.
+
+    ``micro_batch_tokens``: the forward and backward passes run on micro-batches of at most that
+    many (padded) tokens, their gradients summed, each micro-batch's loss divided by the policy
+    tokens of the whole batch — the same gradient as one pass over the batch, with the memory of
+    one micro-batch (a pretrained model's attention and vocabulary make a whole batch of
+    multi-turn rows tens of GB). A batch within the budget, or None: one pass."""
     model.train()
     device = next(model.parameters()).device
     picked = [trajectories[rng.randrange(len(trajectories))] for _ in range(batch_size)]
     batch = {k: v.to(device) for k, v in collate(expander.expand_many(picked), pad_token_id=pad_id).items()}
-    lp, _ = forward_logprobs(model, batch, policy_only=True)
-    loss = -masked_mean(lp, batch["loss_mask"])
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if micro_batch_tokens is None or batch["input_ids"].numel() <= micro_batch_tokens:
+        lp, _ = forward_logprobs(model, batch, policy_only=True)
+        loss = -masked_mean(lp, batch["loss_mask"])
+        loss.backward()
+        total = loss.item()
+    else:  # Σ over micro-batches of −Σ lp·m / (Σ m of the batch + EPS): masked_mean's value
+        denom = batch["loss_mask"].sum() + EPS
+        total = 0.0
+        for mb in micro_batches(batch, torch.arange(len(picked), device=device), micro_batch_tokens):
+            lp, _ = forward_logprobs(model, mb, policy_only=True)
+            loss = -(lp * mb["loss_mask"]).sum() / denom
+            loss.backward()
+            total += loss.item()
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss.item()
+    return total

@@ -224,25 +224,28 @@ class Trainer(StepSampling):
         and values, written into ``batch``; returns the sampler-vs-trainer log-prob gap."""
         r, a, m, mask = self.cfg.rollout, self.cfg.algorithm, {}, batch["loss_mask"]
         T, budget, pack = r.temperature, a.micro_batch_tokens, a.pack_sequences
-        with full_params(self.model):
-            recomputed = chunked_forward(
-                lambda b: forward_logprobs(self.model, b, T, pack=pack, policy_only=True)[0],
-                batch,
-                budget,
-                pack,
-            )
         known = batch["known_logprobs"].to(self.device).bool() & mask.bool()
-        if known.any():
-            m["actor/rollout_logprob_diff"] = (recomputed - batch["old_logprobs"])[known].abs().mean().item()
-        # The sampler's log-probs stay in the batch (0 where ``known_logprobs`` is 0) for the rollout
-        # correction, which compares them with the trainer's: then old log-probs are recomputed, and so
-        # with staleness 1 under "auto" (the sampler's are another version's).
-        batch["rollout_logprobs"] = batch["old_logprobs"]
         use_rollout = not a.rollout_correction.enabled and (
             a.recompute_old_logprobs == "never"
             or (a.recompute_old_logprobs == "auto" and r.top_p == 1.0 and r.staleness == 0)
         )
-        batch["old_logprobs"] = torch.where(known & use_rollout, batch["old_logprobs"], recomputed)
+        # The sampler's log-probs stay in the batch (0 where ``known_logprobs`` is 0) for the rollout
+        # correction, which compares them with the trainer's: then old log-probs are recomputed, and so
+        # with staleness 1 under "auto" (the sampler's are another version's).
+        batch["rollout_logprobs"] = batch["old_logprobs"]
+        # "never" with every policy token's log-prob known: no forward pass at all (nor the gap metric)
+        if not (use_rollout and a.recompute_old_logprobs == "never" and bool((known == mask.bool()).all())):
+            with full_params(self.model):
+                recomputed = chunked_forward(
+                    lambda b: forward_logprobs(self.model, b, T, pack=pack, policy_only=True)[0],
+                    batch,
+                    budget,
+                    pack,
+                )
+            if known.any():
+                gap = (recomputed - batch["old_logprobs"])[known].abs().mean().item()
+                m["actor/rollout_logprob_diff"] = gap
+            batch["old_logprobs"] = torch.where(known & use_rollout, batch["old_logprobs"], recomputed)
         if self.models.uses_ref:
             with full_params(self.ref if self.ref is not None else self.model):
                 batch["ref_logprobs"] = chunked_forward(
@@ -337,12 +340,19 @@ class Trainer(StepSampling):
         if self.sft_data:
             # Every rank trains on the same batches: under FSDP their summed gradients are averaged.
             set_grad_divide(self.model, world_size())
-            opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.sft_lr)
+            opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=cfg.sft_lr)
             rng = random.Random(step_seed(cfg.seed, "sft-batches"))
             self.report.sft(0, cfg.sft_steps)
             for k in range(1, cfg.sft_steps + 1):
                 loss = sft_step(
-                    self.model, opt, self.expander, self.sft_data, batch_size=16, rng=rng, pad_id=self.pad_id
+                    self.model,
+                    opt,
+                    self.expander,
+                    self.sft_data,
+                    batch_size=cfg.sft_batch_size,
+                    rng=rng,
+                    pad_id=self.pad_id,
+                    micro_batch_tokens=cfg.algorithm.micro_batch_tokens,
                 )
                 if self.log is not None:
                     self.log.sft(k, loss)
