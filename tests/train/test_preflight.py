@@ -42,7 +42,7 @@ def test_a_config_that_is_not_utf8_or_not_yaml_is_one_line(tmp_path):
         load_train_config(path)
     assert "\n" not in str(e.value)
     path.write_text("seed: !!int abc\n")
-    with pytest.raises(ConfigError, match=r"latin1\.yaml: not valid YAML: .*abc"):
+    with pytest.raises(ConfigError, match=r"latin1\.yaml:1:7: not valid YAML: cannot read the value 'abc'"):
         load_train_config(path)
     path.write_text("steps: [1\n")
     with pytest.raises(ConfigError, match=r"latin1\.yaml:2:1: not valid YAML"):
