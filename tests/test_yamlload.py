@@ -20,18 +20,24 @@ DUPLICATES = [
 ]
 
 
+def _both(path) -> tuple[str, str]:
+    """The one-line errors of the config loader and of the rubric loader for the file ``path``."""
+    with pytest.raises(ConfigError) as config:
+        load_train_config(path)
+    with pytest.raises(RubricError) as rubric:
+        load_rubric(path)
+    return str(config.value), str(rubric.value)
+
+
 @pytest.mark.parametrize(
     ("text", "line", "col", "key"), DUPLICATES, ids=["top", "nested", "in-a-list", "by-aliases"]
 )
 def test_configs_and_rubrics_refuse_the_same_duplicate_at_the_same_place(tmp_path, text, line, col, key):
     path = tmp_path / "doc.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError) as config:
-        load_train_config(path)
-    with pytest.raises(RubricError) as rubric:
-        load_rubric(path)
-    assert str(config.value) == f"{path}:{line}:{col}: {dotted(key)}: duplicate key"
-    assert str(rubric.value) == f"{path}:{line}:{col}: {indexed(key)}: duplicate key"
+    config, rubric = _both(path)
+    assert config == f"{path}:{line}:{col}: {dotted(key)}: duplicate key"
+    assert rubric == f"{path}:{line}:{col}: {indexed(key)}: duplicate key"
 
 
 def test_key_names_and_positions():
@@ -56,9 +62,5 @@ def test_key_names_and_positions():
 def test_configs_and_rubrics_report_bad_yaml_alike(tmp_path, text, where):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError) as config:
-        load_train_config(path)
-    with pytest.raises(RubricError) as rubric:
-        load_rubric(path)
-    assert str(config.value) == str(rubric.value)
-    assert str(config.value).startswith(f"{path}:{where}")
+    config, rubric = _both(path)
+    assert config == rubric and config.startswith(f"{path}:{where}")
