@@ -7,11 +7,16 @@ depend on the luck of the draw.
 
 import os
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+_CACHE_VARS = ("AGENTRL_TEST_CACHE", "AGENTRL_CACHE", "XDG_CACHE_HOME")
+_CREATED = pytest.StashKey[tuple[str, dict[str, str | None]]]()
 
 
 def pytest_configure(config):
@@ -22,7 +27,27 @@ def pytest_configure(config):
 
     os.environ.pop("AGENTRL_CACHE_DIR", None)  # the deprecated alias would only add a note
     if "AGENTRL_TEST_CACHE" not in os.environ:
+        before = {k: os.environ.get(k) for k in _CACHE_VARS}
         base = tempfile.mkdtemp(prefix="agentrl-test-cache-")
         os.environ["AGENTRL_TEST_CACHE"] = base
         os.environ["AGENTRL_CACHE"] = os.path.join(base, "agentrl")
         os.environ["XDG_CACHE_HOME"] = os.path.join(base, "xdg")
+        config.stash[_CREATED] = (base, before)
+
+
+def pytest_unconfigure(config):
+    """Remove the session's cache directory and restore the variables, only where this session made
+    them: a pytest run inside a test (or an xdist worker) inherits the directory and leaves it be."""
+    import shutil
+
+    created = config.stash.get(_CREATED, None)
+    if created is None:
+        return
+    base, before = created
+    shutil.rmtree(base, ignore_errors=True)
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    del config.stash[_CREATED]

@@ -23,6 +23,7 @@ LAYERS = {
     "algos": 0,
     "rundir": 0,
     "outputs": 0,
+    "yamlload": 0,
     "cachedir": 0,
     "judge": 1,
     "tokens": 1,
@@ -49,8 +50,9 @@ ALLOWED: dict[str, set[str]] = {
     "seeds": set(),
     "rundir": {"errors", "jsonl"},
     "outputs": {"errors"},
+    "yamlload": {"errors"},
     "cachedir": set(),
-    "judge": {"errors", "trajectory", "credentials"},
+    "judge": {"errors", "trajectory", "credentials", "yamlload"},
     "tokens": {"errors", "trajectory", "algos"},
     "env": {"errors", "trajectory", "judge", "cachedir"},
     "policy": {"errors", "trajectory", "credentials", "seeds"},
@@ -69,6 +71,7 @@ ALLOWED: dict[str, set[str]] = {
         "rollout",
         "seeds",
         "outputs",
+        "yamlload",
     },
     "replay": {
         "errors",
@@ -271,6 +274,7 @@ PUBLIC = [
     "agentrl.learn",
     "agentrl.rundir",
     "agentrl.outputs",
+    "agentrl.yamlload",
     "agentrl.cachedir",
 ]
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import regex
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -30,6 +29,7 @@ from pydantic import (
 
 from agentrl.errors import RubricError
 from agentrl.judge.bounds import compile_pattern
+from agentrl.yamlload import Key, Marks, indexed, load_yaml, read_text
 
 __all__ = [
     "CitedSourceGrader",
@@ -350,48 +350,10 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
-# ---- YAML with positions -----------------------------------------------------------------------
-
-Path_ = tuple[str | int, ...]
+# ---- errors at YAML positions (the document is read by agentrl.yamlload) -------------------------
 
 
-def _positions(node: yaml.Node, source: str) -> dict[Path_, tuple[int, int]]:
-    """Map each field path of the YAML document to its 1-based (line, column); reject duplicate keys."""
-    marks: dict[Path_, tuple[int, int]] = {}
-    seen: set[int] = set()
-    stack: list[tuple[yaml.Node, Path_]] = [(node, ())]
-    while stack:
-        n, path = stack.pop()
-        marks.setdefault(path, (n.start_mark.line + 1, n.start_mark.column + 1))
-        if id(n) in seen:  # an alias: positions are those of the anchor, and no exponential walks
-            continue
-        seen.add(id(n))
-        if isinstance(n, yaml.MappingNode):
-            keys: set[str] = set()
-            for k, v in n.value:
-                key = k.value if isinstance(k, yaml.ScalarNode) else repr(k.value)
-                if key in keys:
-                    where = _fmt_path((*path, key))
-                    raise RubricError(
-                        f"{source}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: {where}: duplicate key"
-                    )
-                keys.add(key)
-                marks.setdefault((*path, key), (k.start_mark.line + 1, k.start_mark.column + 1))
-                stack.append((v, (*path, key)))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, v in enumerate(n.value):
-                stack.append((v, (*path, i)))
-    return marks
-
-
-def _fmt_path(path: Path_) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "<root>"
-
-
-def _locate(path: Path_, marks: dict[Path_, tuple[int, int]], source: str) -> str:
+def _locate(path: Key, marks: Marks, source: str) -> str:
     for n in range(len(path), -1, -1):
         if path[:n] in marks:
             line, col = marks[path[:n]]
@@ -399,7 +361,7 @@ def _locate(path: Path_, marks: dict[Path_, tuple[int, int]], source: str) -> st
     return source
 
 
-def _clean_loc(loc: tuple[Any, ...]) -> Path_:
+def _clean_loc(loc: tuple[Any, ...]) -> Key:
     # Pydantic puts the discriminator tag ('regex', ...) and validator names into loc; drop them.
     out: list[str | int] = []
     for i, p in enumerate(loc):
@@ -412,7 +374,7 @@ def _clean_loc(loc: tuple[Any, ...]) -> Path_:
 _TYPES = "llm, regex, contains, not_contains, number, figure, cited_source"
 
 
-def _validate(data: Any, source: str, marks: dict[Path_, tuple[int, int]]) -> Rubric:
+def _validate(data: Any, source: str, marks: Marks) -> Rubric:
     if not isinstance(data, dict):
         raise RubricError(
             f"{_locate((), marks, source)}: <root>: a rubric must be a mapping (id, criteria, ...)"
@@ -438,23 +400,7 @@ def _validate(data: Any, source: str, marks: dict[Path_, tuple[int, int]]) -> Ru
             msg = f"a grader needs a 'type' ({_TYPES})"
         elif err["type"] == "union_tag_invalid":
             msg = f"unknown grader type; expected one of {_TYPES}"
-        raise RubricError(f"{_locate(path, marks, source)}: {_fmt_path(path)}: {msg}") from None
-
-
-class _Loader(yaml.SafeLoader):
-    """The safe loader, except that a value its constructors cannot build is a YAML error at its node.
-
-    PyYAML's safe constructors raise plain ``ValueError``/``KeyError``/... for ``2020-02-31``,
-    ``!!int abc``, ``!!bool maybe``, an empty ``!!float`` or a 5,000-digit integer.
-    """
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep=deep)
-        except (ValueError, TypeError, LookupError, AttributeError, ArithmeticError) as e:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"cannot read the value {node.value!r:.60}: {e}", node.start_mark
-            ) from None
+        raise RubricError(f"{_locate(path, marks, source)}: {indexed(path)}: {msg}") from None
 
 
 def parse_rubric(data: dict[str, Any] | str, source: str = "<inline>") -> Rubric:
@@ -467,38 +413,14 @@ def parse_rubric(data: dict[str, Any] | str, source: str = "<inline>") -> Rubric
         return _validate(data, source, {})
     if not isinstance(data, str):
         raise RubricError(f"{source}: a rubric must be YAML text or a mapping, got {type(data).__name__}")
-    try:
-        node = yaml.compose(data, Loader=yaml.SafeLoader)
-        if node is None:
-            raise RubricError(f"{source}: the rubric is empty")
-        marks = _positions(node, source)
-        loaded = yaml.load(data, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        raise RubricError(f"{where}: not valid YAML: {e.problem or e.context}") from None
-    except yaml.reader.ReaderError as e:  # a character YAML does not allow: no mark, but a position
-        line, col = data.count("\n", 0, e.position) + 1, e.position - data.rfind("\n", 0, e.position)
-        raise RubricError(
-            f"{source}:{line}:{col}: not valid YAML: {e.reason} (#x{e.character:04x})"
-        ) from None
-    except yaml.YAMLError as e:
-        raise RubricError(f"{source}: not valid YAML: {e}") from None
-    except RecursionError:
-        raise RubricError(f"{source}: not valid YAML: nested too deeply") from None
+    loaded, marks = load_yaml(data, source, error=RubricError, name=indexed)
+    if not marks:
+        raise RubricError(f"{source}: the rubric is empty")
     return _validate(loaded, source, marks)
 
 
 def load_rubric(path: str | os.PathLike[str]) -> Rubric:
     """Read and validate one rubric YAML file; raises ``RubricError`` naming the file, line and field."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RubricError(f"{p}: no such rubric file") from None
-    except UnicodeDecodeError as e:
-        line = e.object[: e.start].count(b"\n") + 1
-        raise RubricError(f"{p}:{line}: not UTF-8 text: {e.reason} (byte {e.start})") from None
-    except OSError as e:
-        raise RubricError(f"{p}: cannot read the rubric: {e}") from None
+    text = read_text(p, error=RubricError, missing="no such rubric file", what="rubric")
     return parse_rubric(text, source=str(p))

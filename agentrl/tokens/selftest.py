@@ -25,8 +25,9 @@ and then checks that:
    the boundary the inference engine saw); and splicing the turns back in as sampled ids (stop
    token included) reproduces the same row.
 
-It also infers the stop tokens: the first token of the template's end-of-turn tail, the EOS, and,
-for templates with no tail (GLM-style), the role headers that follow an assistant turn.
+It also takes the stop tokens from ``agentrl.tokens.stops.template_stop_ids`` (the one owner, also
+behind ``turn_stop_ids``): the template's end-of-turn id (for templates with no tail, GLM-style, the
+role headers that follow an assistant turn) and the EOS.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from typing import Any, Literal, Protocol
 from agentrl.errors import TemplateError
 from agentrl.tokens.arrays import Segment, TokenizedTrajectory
 from agentrl.tokens.check import Rendering, format_diffs, segment_diffs
-from agentrl.tokens.template import CallIdStyle, call_id, message_to_template
+from agentrl.tokens.stops import template_stop_ids
+from agentrl.tokens.template import CallIdStyle, message_to_template
 from agentrl.trajectory import Message, Trajectory
 
 __all__ = ["SelfTested", "TemplateReport", "calls_in_text", "mock_conversations", "run_self_test"]
@@ -312,21 +314,7 @@ def run_self_test(exp: SelfTested) -> TemplateReport:
         message_to_template(probe, exp.tool_arguments, t.call_ids), [raw]
     )
 
-    stops: set[int] = set()
-    tail_ids = t.encode(exp.tail)
-    if tail_ids and tail_ids[0] in t.added_ids:
-        stops.add(tail_ids[0])
-    if not exp.tail:  # the model stops by writing the next role header
-        for role in ("user", "tool"):
-            m = {"role": role, "content": "x"}
-            if role == "tool":
-                m["tool_call_id"] = call_id("call_0", t.call_ids)
-            ids = t.encode(t.run_delta([m], add_generation_prompt=True))
-            if ids and ids[0] in t.added_ids:
-                stops.add(ids[0])
-    eos = exp.tokenizer.eos_token_id
-    if isinstance(eos, int):
-        stops.add(eos)
+    stops = template_stop_ids(t)  # the one owner of stop ids, on the template under test
     rep.stop_token_ids = sorted(stops)
     bos = exp.tokenizer.bos_token_id
     prompt = t.render(t.ctx_head(), add_generation_prompt=True)

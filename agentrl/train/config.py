@@ -7,6 +7,7 @@ name the file, line and field. ``agentrl train --print-config`` shows every fiel
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +17,8 @@ from agentrl.errors import ConfigError
 from agentrl.judge.config import JudgeConfig
 from agentrl.learn.algorithm import AlgorithmConfig
 from agentrl.tokens.cut import DEFAULT_MAX_LEN
+from agentrl.yamlload import Marks, load_yaml, read_text
+from agentrl.yamlload import dotted as field_name
 
 __all__ = [
     "INPUT_PATHS",
@@ -236,31 +239,10 @@ def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None)
     """Load a YAML config; errors name ``file:line:column`` and the dotted field. Duplicate keys are
     errors; relative input paths (``INPUT_PATHS``) that do not exist from the working directory are
     taken from the config file's directory, and one found in neither is an error listing both."""
-    import yaml
-
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except UnicodeDecodeError as e:
-        line = e.object[: e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text: {e.reason} (byte {e.start})") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the config: {e.strerror or e}") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        _reject_duplicate_keys(node, path)
-        data = yaml.safe_load(text) or {}
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: not valid YAML: {e.problem or e.context}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    except (ValueError, TypeError, LookupError, ArithmeticError, RecursionError) as e:
-        # PyYAML's safe constructors raise these for e.g. ``!!int abc`` or ``2020-02-31``.
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    text = read_text(path, error=ConfigError, missing="no such file", what="config")
+    data, marks = load_yaml(text, str(path), error=ConfigError)
+    data = data or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a training config must be a mapping")
     for key, value in (overrides or {}).items():
@@ -274,17 +256,17 @@ def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None)
     try:
         _resolve_paths(data, path.parent)
     except ConfigError as e:
-        line, col = _locate(node, str(e).split(" ", 1)[0].split("."))
+        line, col = _locate(marks, str(e).split(" ", 1)[0].split("."))
         raise ConfigError(f"{path}:{line}:{col}: {e}" if line else f"{path}: {e}") from None
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = [str(p) for p in err["loc"]]
-        line, col = _locate(node, loc)
+        loc = tuple(err["loc"])
+        line, col = _locate(marks, loc)
         where = f"{path}:{line}:{col}" if line else str(path)
         msg = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{where}: {'.'.join(loc) or '<root>'}: {msg}") from None
+        raise ConfigError(f"{where}: {field_name(loc)}: {msg}") from None
 
 
 #: The config's input paths (files or directories the run reads), dotted; ``rollout.env.cache.path``
@@ -344,45 +326,10 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
             raise ConfigError(f"{dotted} {value!r}: not found (looked for {where})")
 
 
-def _locate(node: Any, loc: list[str]) -> tuple[int, int]:
-    """Line and column (1-based) of the deepest existing key on ``loc`` in a composed YAML tree."""
-    import yaml
-
-    found = (0, 0)
-    for key in loc:
-        if not isinstance(node, yaml.MappingNode):
-            break
-        for k, v in node.value:
-            if k.value == key:
-                found = (k.start_mark.line + 1, k.start_mark.column + 1)
-                node = v
-                break
-        else:
-            break
-    return found
-
-
-def _reject_duplicate_keys(node: Any, path: Path) -> None:
-    """``ConfigError`` at the second occurrence of a key in one mapping (YAML keeps the last one
-    silently), named ``file:line:column: dotted.key: duplicate key`` as rubrics name theirs."""
-    import yaml
-
-    seen: set[int] = set()
-    stack: list[tuple[Any, tuple[str, ...]]] = [(node, ())]
-    while stack:
-        n, where = stack.pop()
-        if n is None or id(n) in seen:  # an alias is checked once, at its anchor
-            continue
-        seen.add(id(n))
-        if isinstance(n, yaml.MappingNode):
-            keys: set[str] = set()
-            for k, v in n.value:
-                key = k.value if isinstance(k, yaml.ScalarNode) else repr(k.value)
-                if key in keys:
-                    dotted = ".".join((*where, key))
-                    mark = k.start_mark
-                    raise ConfigError(f"{path}:{mark.line + 1}:{mark.column + 1}: {dotted}: duplicate key")
-                keys.add(key)
-                stack.append((v, (*where, key)))
-        elif isinstance(n, yaml.SequenceNode):
-            stack.extend((v, (*where, str(i))) for i, v in enumerate(n.value))
+def _locate(marks: Marks, loc: Sequence[str | int]) -> tuple[int, int]:
+    """Line and column (1-based) of the deepest existing key on ``loc``; (0, 0) when not even
+    its first key is in the file."""
+    for n in range(len(loc), 0, -1):
+        if (found := marks.get(tuple(loc[:n]))) is not None:
+            return found
+    return (0, 0)

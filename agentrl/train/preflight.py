@@ -3,7 +3,8 @@
 The inputs the config names (the suite, ``judge.rubric``, ``model.path``, ``model.tokenizer``) must
 exist and load; the output directory must be a directory or creatable, writable, and empty unless
 the run resumes it (``--resume``: it must hold a checkpoint) or replaces it (``--overwrite``: it
-must hold nothing but what agentrl writes). Each failure is one ``ConfigError`` naming the field or
+must hold nothing but what agentrl writes). Whether it can be written is ``agentrl.outputs``'s
+check, shared with every other command's output flag. Each failure is one ``ConfigError`` naming the field or
 flag and the path. Only light modules are imported (no torch), so a bad config is reported at once.
 
 Under ``torchrun`` every rank checks its inputs, and rank 0 alone judges and clears the output
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agentrl.errors import AgentRLError, ConfigError
+from agentrl.outputs import check_output_dir as writable_dir
 from agentrl.rundir import RunDir
 from agentrl.train.config import TrainConfig, is_hub_id, resolve_input
 
@@ -78,25 +80,14 @@ def check_inputs(cfg: TrainConfig) -> None:
 
 
 def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = False) -> None:
-    """``output_dir`` can hold this run: a directory or creatable, writable; without ``resume`` or
-    ``overwrite`` it holds no earlier run; with ``resume`` it holds a complete checkpoint; with
-    ``overwrite`` it holds nothing agentrl did not write."""
+    """``output_dir`` can hold this run: ``agentrl.outputs.check_output_dir`` (the one owner of
+    output-path checks: a directory or creatable, and a file can really be created there), then the
+    train rules: without ``resume`` or ``overwrite`` it holds no earlier run; with ``resume`` it
+    holds a complete checkpoint; with ``overwrite`` it holds nothing agentrl did not write."""
     out = Path(path)
     if resume and overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output_dir {out}: exists and is not a directory")
-    if out.is_dir():
-        if not os.access(out, os.W_OK | os.X_OK):
-            raise ConfigError(f"output_dir {out}: not writable")
-    else:
-        parent = out.absolute().parent
-        while not parent.exists():
-            parent = parent.parent
-        if not parent.is_dir():
-            raise ConfigError(f"output_dir {out}: cannot be created: {parent} is not a directory")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise ConfigError(f"output_dir {out}: cannot be created: {parent} is not writable")
+    writable_dir(out, flag="output_dir")
     run = RunDir(out)
     if resume:
         if not out.is_dir():

@@ -73,3 +73,29 @@ def test_no_stop_at_all_is_an_error():
     assert end_of_turn_ids(ChatTemplate(tok)) == set()
     with pytest.raises(TemplateError, match="no stop token"):
         turn_stop_ids(tok)
+
+
+FAMILY_NAMES = ["chatml", "llama3", "glm", "qwen25", "qwen3", "llama31", "mistral", "hermes", "smollm2"]
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_the_expander_self_test_and_turn_stop_ids_agree(family):
+    """One owner: what the trainer and ``hf:`` sample until is what an expander given no stop ids
+    learns from its self-test, on every template family."""
+    from agentrl.tokens import Expander
+    from tests.tokens.families import FAMILIES, TOOLS, family_tokenizer
+
+    tok = family_tokenizer(family) if family in FAMILIES else make_tokenizer(family)
+    kwargs = {"tools": TOOLS} if family in ("qwen25", "llama31") else {}
+    exp = Expander(tok, **kwargs)
+    assert exp.stop_ids == turn_stop_ids(tok, **kwargs)
+    assert exp.report.stop_token_ids == sorted(exp.stop_ids)
+
+
+def test_glm_turns_stop_on_every_header_that_can_follow_them():
+    """GLM writes nothing after a turn: a turn that calls a tool ends with ``<|observation|>``, one
+    that answers with ``<|user|>``; both stop sampling, not only the user's."""
+    tok = make_tokenizer("glm")
+    user, obs, eot = tok.convert_tokens_to_ids(["<|user|>", "<|observation|>", "<|endoftext|>"])
+    assert end_of_turn_ids(ChatTemplate(tok)) == {user, obs}
+    assert turn_stop_ids(tok) == {user, obs, eot}

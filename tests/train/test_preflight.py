@@ -42,7 +42,7 @@ def test_a_config_that_is_not_utf8_or_not_yaml_is_one_line(tmp_path):
         load_train_config(path)
     assert "\n" not in str(e.value)
     path.write_text("seed: !!int abc\n")
-    with pytest.raises(ConfigError, match=r"latin1\.yaml: not valid YAML: .*abc"):
+    with pytest.raises(ConfigError, match=r"latin1\.yaml:1:7: not valid YAML: cannot read the value 'abc'"):
         load_train_config(path)
     path.write_text("steps: [1\n")
     with pytest.raises(ConfigError, match=r"latin1\.yaml:2:1: not valid YAML"):
@@ -152,9 +152,9 @@ def test_output_dir_used_foreign_file_or_nothing_to_resume(tmp_path):
     with pytest.raises(ConfigError, match="did not write"):
         prepare_output_dir(out, overwrite=True)
     assert RunDir(out).latest_checkpoint() is not None  # nothing was deleted
-    with pytest.raises(ConfigError, match=r"output_dir .*notes\.txt: exists and is not a directory"):
+    with pytest.raises(ConfigError, match=r"output_dir .*notes\.txt: is an existing file, not a directory"):
         check_output_dir(out / "notes.txt")
-    with pytest.raises(ConfigError, match=r"cannot be created: .*notes\.txt is not a directory"):
+    with pytest.raises(ConfigError, match=r"output_dir .*notes\.txt/run: Not a directory"):
         check_output_dir(out / "notes.txt" / "run")
     with pytest.raises(ConfigError, match=r"^--resume: output_dir .*missing does not exist"):
         check_output_dir(tmp_path / "missing", resume=True)
@@ -189,8 +189,41 @@ def test_an_output_dir_that_cannot_be_written_is_refused(tmp_path, monkeypatch):
     (tmp_path / "ro").mkdir()
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: Path(p).name != "ro" and real(p, mode))
-    with pytest.raises(ConfigError, match=r"^output_dir .*ro: not writable$"):
+    with pytest.raises(ConfigError, match=r"^output_dir .*ro: .*ro is not writable$"):
         check_output_dir(tmp_path / "ro")
-    with pytest.raises(ConfigError, match=r"^output_dir .*ro/a/b: cannot be created: .*ro is not writable$"):
+    with pytest.raises(ConfigError, match=r"^output_dir .*ro/a/b: .*ro is not writable$"):
         check_output_dir(tmp_path / "ro" / "a" / "b")
     check_output_dir(tmp_path / "rw" / "a")
+
+
+def test_output_dir_writability_is_the_shared_check(tmp_path, monkeypatch):
+    """One owner: ``train``'s preflight refuses exactly what ``agentrl.outputs.check_output_dir``
+    refuses, with the same line, including a directory whose mode bits say writable but where no
+    file can be created (a read-only mount, as root sees it: ``os.access`` says yes)."""
+    import errno
+    import os
+
+    from agentrl.outputs import check_output_dir as shared
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "rofs").mkdir()
+    real = os.open
+
+    def read_only_mount(p, flags, *args, **kwargs):
+        if Path(p).parent.name == "rofs" and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, "Read-only file system", str(p))
+        return real(p, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only_mount)
+    for bad in ("file", "file/run", "rofs", "rofs/new/run", "/proc/run"):
+        path = Path(bad) if bad.startswith("/") else tmp_path / bad
+        with pytest.raises(ConfigError) as want:
+            shared(path, flag="output_dir")
+        with pytest.raises(ConfigError) as got:
+            check_output_dir(path)
+        assert str(got.value) == str(want.value)
+    with pytest.raises(ConfigError, match=r"^output_dir .*rofs: cannot create a file in .*rofs: Read-only"):
+        check_output_dir(tmp_path / "rofs")
+    assert list((tmp_path / "rofs").iterdir()) == []
+    check_output_dir(tmp_path / "fresh" / "run")  # what the shared check accepts, the preflight accepts
+    shared(tmp_path / "fresh" / "run", flag="output_dir")
