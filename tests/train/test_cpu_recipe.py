@@ -109,7 +109,7 @@ def test_train_last_layers_counts_what_it_leaves_trainable(tmp_path):
 
 
 def test_trainable_layers_and_lora_are_refused_together(tmp_path):
-    with pytest.raises(ValueError, match="trainable_layers and model.lora_rank"):
+    with pytest.raises(ValueError, match=r"trainable_layers and model\.lora_rank"):
         _cfg(tmp_path, **{"model.trainable_layers": 1, "model.lora_rank": 4})
 
 
@@ -118,16 +118,15 @@ def test_never_recomputing_old_logprobs_skips_the_pass_and_changes_nothing_else(
     the same update without the recompute pass (and without the gap metric it feeds)."""
     import agentrl.train.trainer as trainer
 
-    runs = {}
+    runs, calls, real = {}, [], trainer.chunked_forward
+    monkeypatch.setattr(trainer, "chunked_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
     for mode in ("auto", "never"):
         t = _warm_started(tmp_path / mode, **{"sft_steps": 0, "algorithm.recompute_old_logprobs": mode})
-        calls = []
-        real = trainer.chunked_forward
-        monkeypatch.setattr(trainer, "chunked_forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+        calls.clear()
         m = t.train_step()
         runs[mode] = (m, t.model.state_dict(), len(calls))
     (m_auto, w_auto, n_auto), (m_never, w_never, n_never) = runs["auto"], runs["never"]
     assert "actor/rollout_logprob_diff" in m_auto and "actor/rollout_logprob_diff" not in m_never
-    assert n_never == n_auto - 1
+    assert n_auto >= 1 and n_never == n_auto - 1
     assert m_never["actor/pg_loss"] == m_auto["actor/pg_loss"]
     assert all(torch.equal(w_auto[k], w_never[k]) for k in w_auto)
