@@ -253,7 +253,23 @@ def _run(args: argparse.Namespace) -> int:
         f"[bold]{out['episodes']}[/] episodes ({out['skipped']} already done, {out['failed']} failed) in "
         f"{out['elapsed_s']:.1f}s · mean reward "
         + (f"{out['mean_reward']:.3f}" if out["mean_reward"] is not None else "-")
-        + f" · {out['tool_calls_per_episode']:.2f} tool calls/episode · {out['errors']} tool errors · "
+        + (
+            f" (normalised {out['mean_normalized_reward']:.3f})"
+            if out["mean_normalized_reward"] is not None
+            else ""
+        )
+        + f" · {out['tool_calls_per_episode']:.2f} tool calls/episode"
+        + (
+            f" ({out['tool_call_episodes']:.0%} of episodes call a tool)"
+            if out["tool_call_episodes"] is not None
+            else ""
+        )
+        + (
+            f" · official {out['official_share']:.0%} of {out['opened_pages']} pages opened"
+            if out["official_share"] is not None
+            else ""
+        )
+        + f" · {out['errors']} tool errors · "
         f"truncations {out['truncations'] or 0} · judge errors {out['judge_errors']}"
         + (f" · {out['unjudged']} not judged (no --judge-model)" if out["unjudged"] else "")
         + (

@@ -21,6 +21,7 @@ from typing import Any
 
 from agentrl.env import ResearchEnv
 from agentrl.env.config import EnvConfig, load_env_config
+from agentrl.env.sources import page_kinds
 from agentrl.env.suite import Task, load_suite
 from agentrl.judge import record_reward
 from agentrl.policy.base import Policy
@@ -90,8 +91,9 @@ async def run_rollout_ray(
         raise ValueError("workers and concurrency must be at least 1")
     t0 = time.monotonic()
     out = Path(out)
-    todo, skipped = plan_episodes(load_suite(load_env_config(config).suite).tasks, out, n, tasks, limit)
-    summary = RolloutSummary(skipped=skipped)
+    suite = load_suite(load_env_config(config).suite)
+    todo, skipped = plan_episodes(suite.tasks, out, n, tasks, limit)
+    summary = RolloutSummary(skipped=skipped, kinds=page_kinds(suite))
     await policy_factory().aclose()  # a bad policy spec fails here, not in every worker
     if on_start:
         on_start(len(todo))

@@ -20,6 +20,7 @@ from typing import Any
 
 from agentrl.env import ResearchEnv
 from agentrl.env.config import EnvConfig
+from agentrl.env.sources import OPENED, OPENED_OFFICIAL, opened_sources, page_kinds
 from agentrl.env.suite import Task
 from agentrl.errors import ConfigError
 from agentrl.outputs import is_regular_file
@@ -38,6 +39,15 @@ class RolloutSummary:
     ``sampled_turns`` counts the assistant turns a model sampled (they carry a ``finish_reason`` or
     token ids; the scripted oracle's do not) and ``turns_without_token_ids`` those among them with no
     token ids: the expander retokenizes them for training (no token-in-token-out guarantee).
+
+    The measures the trainer logs per step, counted by the same functions: the normalised reward of
+    each scored episode (``agentrl.judge.normalized_reward``, the trainer's
+    ``critic/score/normalized_mean``) and, with ``kinds`` (``agentrl.env.sources.page_kinds`` of the
+    suite; ``{}`` without a sandbox corpus), the pages opened and the official ones among them
+    (``opened_sources``, the trainer's ``env/opened_pages`` / ``env/opened_official``).
+    ``tool_call_episodes`` counts the episodes with at least one tool call the env ran
+    (``info["tool_calls"]`` ≥ 1: a research tool, named right, with valid arguments, within the
+    budget; a tool that then failed still counts, the ``answer`` call does not).
     """
 
     episodes: int = 0
@@ -54,17 +64,36 @@ class RolloutSummary:
     turns_without_token_ids: int = 0
     elapsed_s: float = 0.0
     failures: list[str] = field(default_factory=list)
+    normalized: list[float] = field(default_factory=list)
+    tool_call_episodes: int = 0
+    kinds: dict[str, str] = field(default_factory=dict, repr=False)
+    opened_pages: int = 0
+    opened_official: int = 0
 
     @property
     def mean_reward(self) -> float | None:
         """Mean total reward of the scored episodes of this run (None when none was scored)."""
         return sum(self.rewards) / len(self.rewards) if self.rewards else None
 
+    @property
+    def mean_normalized_reward(self) -> float | None:
+        """Mean normalised reward of the scored episodes of this run (None when none was scored)."""
+        return sum(self.normalized) / len(self.normalized) if self.normalized else None
+
+    @property
+    def official_share(self) -> float | None:
+        """Opened official pages ÷ opened pages (None without page kinds or with no page opened)."""
+        return self.opened_official / self.opened_pages if self.kinds and self.opened_pages else None
+
     def add(self, traj: Trajectory) -> None:
         """Count one finished trajectory."""
         self.episodes += 1
         info = traj.info
         self.tool_calls += int(info.get("tool_calls", 0))
+        self.tool_call_episodes += int(info.get("tool_calls", 0)) > 0
+        opened = opened_sources([traj], self.kinds)
+        self.opened_pages += int(opened.get(OPENED, 0))
+        self.opened_official += int(opened.get(OPENED_OFFICIAL, 0))
         self.errors += sum(
             int(info.get(k, 0)) for k in ("format_errors", "unknown_tools", "arg_errors", "tool_errors")
         )
@@ -76,7 +105,10 @@ class RolloutSummary:
                 self.sampled_turns += 1
                 self.turns_without_token_ids += m.token_ids is None
         if traj.reward is not None and traj.reward.total is not None:
+            from agentrl.judge import normalized_reward  # the judge's package only once scored
+
             self.rewards.append(traj.reward.total)
+            self.normalized.append(normalized_reward(traj))
         elif traj.reward is not None:
             self.judge_errors += 1
         elif info.get("needs_judge"):
@@ -89,9 +121,14 @@ class RolloutSummary:
             "skipped": self.skipped,
             "failed": self.failed,
             "mean_reward": self.mean_reward,
+            "mean_normalized_reward": self.mean_normalized_reward,
             "scored": len(self.rewards),
             "tool_calls": self.tool_calls,
             "tool_calls_per_episode": self.tool_calls / self.episodes if self.episodes else 0.0,
+            "tool_call_episodes": self.tool_call_episodes / self.episodes if self.episodes else None,
+            "opened_pages": self.opened_pages if self.kinds else None,
+            "opened_official": self.opened_official if self.kinds else None,
+            "official_share": self.official_share,
             "errors": self.errors,
             "truncations": self.truncations,
             "judge_errors": self.judge_errors,
@@ -198,7 +235,7 @@ async def run_rollout(
     t0 = time.monotonic()
     first = ResearchEnv(config)
     out = Path(out)
-    summary = RolloutSummary()
+    summary = RolloutSummary(kinds=page_kinds(first.suite))
     todo, summary.skipped = plan_episodes(first.suite.tasks, out, n, tasks, limit)
     if on_start:
         on_start(len(todo))

@@ -5,13 +5,14 @@ is ``agentrl.train.progress``."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.env.sources import OPENED, OPENED_OFFICIAL
 from agentrl.rundir import RunDir, mend_jsonl_tail
-from agentrl.train.sources import summarize_sources
 
-__all__ = ["RunLog", "summarize_rewards"]
+__all__ = ["RunLog", "summarize_rewards", "summarize_sources"]
 
 REWARD_KEY = "critic/score/normalized_mean"
 
@@ -23,6 +24,22 @@ def summarize_rewards(rewards: list[float], frac: float = 0.2) -> dict[str, floa
     k = max(1, round(len(rewards) * frac))
     first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
     return {"reward_first": first, "reward_last": last, "reward_gain": last - first, "window_steps": float(k)}
+
+
+def summarize_sources(rows: Sequence[dict[str, Any]], frac: float = 0.2) -> dict[str, float]:
+    """``official_source_first`` / ``_last``: opened official pages ÷ opened pages, pooled over the
+    first and the last ``frac`` of the steps (the windows of ``summarize_rewards``); a window that
+    opened no page is left out. ``{}`` when the steps counted nothing."""
+    counted = [r for r in rows if OPENED in r]
+    if not counted:
+        return {}
+    k = max(1, round(len(rows) * frac))
+    out: dict[str, float] = {}
+    for name, window in (("official_source_first", rows[:k]), ("official_source_last", rows[-k:])):
+        opened = sum(r.get(OPENED, 0.0) for r in window)
+        if opened > 0:
+            out[name] = sum(r.get(OPENED_OFFICIAL, 0.0) for r in window) / opened
+    return out
 
 
 class RunLog:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from agentrl.env import ResearchEnv
+from agentrl.env.sources import page_kinds
 from agentrl.errors import ConfigError
 from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values
 from agentrl.rollout.episode import Limits
@@ -53,7 +54,6 @@ from agentrl.train.progress import Progress, make_progress
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import StepJudge, build_batch
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
-from agentrl.train.sources import page_kinds
 from agentrl.train.step_metrics import batch_metrics, mean_over_ranks, rollout_metrics
 from agentrl.train.step_sampling import StepSampling, step_seed
 from agentrl.train.token_log import collect_token_stats

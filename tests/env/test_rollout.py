@@ -167,3 +167,29 @@ def test_inline_llm_judge_scores_in_step():
         assert term and reward == 2.5 and not info["needs_judge"]
     finally:
         server.close()
+
+
+def test_cli_rollout_reports_the_training_measures(tmp_path, capsys):
+    """``--policy oracle`` on the quickstart suite: the normalised reward, the share of episodes
+    with a tool call and the official share of the pages opened, in the JSON and the human line."""
+    from pathlib import Path
+
+    suite = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart-env")
+    p = _parser()
+    out = {}
+    for noise in ("0", "0.5"):
+        argv = ["rollout", "--suite", suite, "--noise", noise, "-n", "2", "--no-progress"]
+        args = p.parse_args([*argv, "--out", str(tmp_path / f"{noise}.jsonl")])
+        assert args.handler(args) == 0
+        captured = capsys.readouterr()
+        out[noise] = json.loads(captured.out.strip().splitlines()[-1])
+        share = out[noise]["official_share"]
+        assert f"official {share:.0%} of {out[noise]['opened_pages']} pages opened" in " ".join(
+            captured.err.split()
+        )
+    clean, noisy = out["0"], out["0.5"]
+    assert clean["official_share"] == 1.0 and clean["opened_pages"] == clean["opened_official"] == 66
+    assert 0 < noisy["official_share"] < 1.0
+    assert noisy["opened_official"] / noisy["opened_pages"] == noisy["official_share"]
+    assert clean["tool_call_episodes"] == noisy["tool_call_episodes"] == 1.0
+    assert 0 < noisy["mean_normalized_reward"] < clean["mean_normalized_reward"] <= 1.0

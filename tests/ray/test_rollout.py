@@ -58,6 +58,8 @@ def test_cli_ray_replaying_a_recorded_cache_gives_the_asyncio_trajectories(
     )
     assert a["episodes"] == b["episodes"] == 8 and b["failed"] == 0 and b["errors"] == 0
     assert a["mean_reward"] == b["mean_reward"]
+    for key in ("mean_normalized_reward", "tool_call_episodes", "opened_pages", "official_share"):
+        assert a[key] == b[key] and b[key] is not None, key
     ta = by_id(tmp_path / "a.jsonl")
     assert ta == by_id(tmp_path / "b.jsonl")
     assert len({t["reward"]["total"] for t in ta.values()}) > 1  # noise 0.5: not all the same episode

@@ -4,9 +4,10 @@ first/last windows of the summary."""
 
 from pathlib import Path
 
+from agentrl.env.sources import OPENED, OPENED_OFFICIAL, opened_sources, page_kinds
 from agentrl.env.suite import load_suite
+from agentrl.train.report import summarize_sources
 from agentrl.train.sft import collect_oracle_trajectories
-from agentrl.train.sources import OPENED, OPENED_OFFICIAL, opened_sources, page_kinds, summarize_sources
 
 QUICKSTART_SUITE = str(Path(__file__).resolve().parents[2] / "examples" / "quickstart-env")
 
@@ -61,3 +62,48 @@ def test_failed_opens_are_not_counted_and_urls_are_normalised():
     t = Trajectory(id="x", task_id=suite.tasks[0].id, messages=[Message(role="user", content="q")])
     t.info["tool_log"] = log
     assert opened_sources([t], page_kinds(suite)) == {OPENED: 2.0, OPENED_OFFICIAL: 1.0}
+
+
+def test_rollout_summary_counts_what_the_trainer_logs():
+    """The same trajectories through the trainer's step metrics and ``agentrl rollout``'s summary:
+    the same mean (normalised) reward, tool calls and opened pages, official ones among them."""
+    import math
+
+    from agentrl.env import ResearchEnv
+    from agentrl.rollout.runner import RolloutSummary
+    from agentrl.train.step_metrics import rollout_metrics
+    from agentrl.trajectory import RewardBreakdown
+
+    suite = load_suite(QUICKSTART_SUITE)
+    kinds = page_kinds(suite)
+    env_cfg = {"suite": QUICKSTART_SUITE}
+    trajs = collect_oracle_trajectories(env_cfg, suite.tasks, noise=0.5, seed=5, episodes=12)
+    # an episode that answers at once (no tool call, a wrong report), and a judge error
+    env = ResearchEnv(env_cfg)
+    env.reset(options={"task": suite.tasks[0].id})
+    env.step("The revenue was $1 \\cite{nothing}.")
+    trajs.append(env.trajectory("blind#0"))
+    failed = trajs[1].model_copy(deep=True)
+    failed.reward = RewardBreakdown(status="judge_error", total=None)
+    trajs.append(failed)
+
+    m = rollout_metrics(trajs, kinds, step=1)
+    s = RolloutSummary(kinds=kinds)
+    for t in trajs:
+        s.add(t)
+    out = s.as_dict()
+    assert out["scored"] == len(trajs) - 1 and s.judge_errors == 1
+    assert math.isclose(out["mean_reward"], m["critic/score/mean"])
+    assert math.isclose(out["mean_normalized_reward"], m["critic/score/normalized_mean"])
+    assert 0 < out["mean_normalized_reward"] < 1  # noise: some episodes cite a distractor
+    assert math.isclose(out["tool_calls_per_episode"], m["env/tool_calls/mean"])
+    assert out["tool_call_episodes"] == (len(trajs) - 1) / len(trajs)  # all but the blind answer
+    assert (out["opened_pages"], out["opened_official"]) == (m[OPENED], m[OPENED_OFFICIAL])
+    assert 0 < out["opened_official"] < out["opened_pages"]
+    assert out["official_share"] == m[OPENED_OFFICIAL] / m[OPENED]
+    # no page kinds (a suite without a sandbox corpus): nothing counted by either
+    bare = RolloutSummary()
+    for t in trajs:
+        bare.add(t)
+    assert OPENED not in rollout_metrics(trajs, {}, step=1)
+    assert [bare.as_dict()[k] for k in ("opened_pages", "opened_official", "official_share")] == [None] * 3

@@ -1,6 +1,9 @@
-"""Which pages the policy opens: per step, the ``open_url`` calls that opened a page and how many of
-those pages the company itself published (``OFFICIAL_KINDS`` of the sandbox corpus), and, in
-``summary.json``, the official share over the first and the last window of steps."""
+"""Which pages a policy opens: the ``open_url`` calls that opened a page and how many of those pages
+the company itself published (``OFFICIAL_KINDS`` of the sandbox corpus).
+
+The one count of opened sources: the trainer's per-step ``env/opened_pages`` /
+``env/opened_official`` and ``agentrl rollout``'s ``opened_pages`` / ``opened_official`` both
+come from ``opened_sources``."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from agentrl.env.backends.sandbox import corpus_kinds, normalize_url
 from agentrl.env.sandbox.pages import OFFICIAL_KINDS
 from agentrl.trajectory import Trajectory
 
-__all__ = ["OPENED", "OPENED_OFFICIAL", "opened_sources", "page_kinds", "summarize_sources"]
+__all__ = ["OPENED", "OPENED_OFFICIAL", "opened_sources", "page_kinds"]
 
 OPENED = "env/opened_pages"
 OPENED_OFFICIAL = "env/opened_official"
@@ -41,19 +44,3 @@ def opened_sources(trajs: Sequence[Trajectory], kinds: dict[str, str]) -> dict[s
             opened += 1
             official += isinstance(url, str) and kinds.get(normalize_url(url)) in OFFICIAL_KINDS
     return {OPENED: float(opened), OPENED_OFFICIAL: float(official)}
-
-
-def summarize_sources(rows: Sequence[dict[str, Any]], frac: float = 0.2) -> dict[str, float]:
-    """``official_source_first`` / ``_last``: opened official pages ÷ opened pages, pooled over the
-    first and the last ``frac`` of the steps (the windows of ``summarize_rewards``); a window that
-    opened no page is left out. ``{}`` when the steps counted nothing."""
-    counted = [r for r in rows if OPENED in r]
-    if not counted:
-        return {}
-    k = max(1, round(len(rows) * frac))
-    out: dict[str, float] = {}
-    for name, window in (("official_source_first", rows[:k]), ("official_source_last", rows[-k:])):
-        opened = sum(r.get(OPENED, 0.0) for r in window)
-        if opened > 0:
-            out[name] = sum(r.get(OPENED_OFFICIAL, 0.0) for r in window) / opened
-    return out
