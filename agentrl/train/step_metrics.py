@@ -45,6 +45,8 @@ def rollout_metrics(trajs: list[Trajectory], kinds: dict[str, Any], step: int) -
         else 0.0,
         "env/num_turns/mean": float(np.mean([t.info.get("turns", 0) for t in trajs])),
         "env/tool_calls/mean": float(np.mean([t.info.get("tool_calls", 0) for t in trajs])),
+        # episodes with at least one tool call the env ran (the rollout summary's tool_call_episodes)
+        "env/tool_call_episodes": float(np.mean([t.info.get("tool_calls", 0) > 0 for t in trajs])),
         "env/answered/frac": float(np.mean([bool(t.info.get("terminated")) for t in trajs])),
         "env/format_errors/mean": float(np.mean([t.info.get("format_errors", 0) for t in trajs])),
     }

@@ -98,6 +98,7 @@ def test_rollout_summary_counts_what_the_trainer_logs():
     assert 0 < out["mean_normalized_reward"] < 1  # noise: some episodes cite a distractor
     assert math.isclose(out["tool_calls_per_episode"], m["env/tool_calls/mean"])
     assert out["tool_call_episodes"] == (len(trajs) - 1) / len(trajs)  # all but the blind answer
+    assert math.isclose(out["tool_call_episodes"], m["env/tool_call_episodes"])
     assert (out["opened_pages"], out["opened_official"]) == (m[OPENED], m[OPENED_OFFICIAL])
     assert 0 < out["opened_official"] < out["opened_pages"]
     assert out["official_share"] == m[OPENED_OFFICIAL] / m[OPENED]
