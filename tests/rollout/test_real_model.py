@@ -10,11 +10,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from agentrl.rollout.episode import turn_seed
 from agentrl.tokens import Expander, turn_stop_ids
@@ -112,3 +114,46 @@ def test_rollout_with_the_imported_model_stores_what_the_sampler_drew(smollm2_di
         row = exp.expand(t)
         assert row.input_ids[: len(prompt) + len(s.token_ids)].tolist() == prompt + s.token_ids
         assert not exp.diff(t) and not exp.find_forks(t)  # the row is the template's render: no fork
+
+
+def test_the_smollm2_example_trains_end_to_end(smollm2_dir, tmp_path):
+    """``examples/smollm2/smollm2.yaml`` with the imported model, shortened to one warm-start step and
+    one GRPO step: the warm start renders the oracle in SmolLM2's ChatML template, the update trains
+    the last decoder layers only, and every sampled turn keeps its ids and stops on ``<|im_end|>``."""
+    out = tmp_path / "run"
+    short = {
+        "model.path": str(smollm2_dir), "output_dir": str(out), "steps": 1, "sft_steps": 1,
+        "sft_batch_size": 2, "rollout.tasks_per_step": 1, "rollout.group_size": 2,
+        "rollout.max_turns": 2, "rollout.max_new_tokens": 24,
+    }  # fmt: skip
+    sets = [a for k, v in short.items() for a in ("--set", f"{k}={v}")]
+    r = _agentrl("train", "examples/smollm2/smollm2.yaml", *sets, "--no-progress")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert row["step"] == 1 and all(math.isfinite(v) for v in row.values())
+    # Only the last 8 of the 30 layers (and the final norm) trained: the warm start moved them.
+    from safetensors.torch import load_file
+
+    from agentrl.train.checkpoint import load_checkpoint
+
+    base = load_file(smollm2_dir / "model.safetensors")
+    trained = load_checkpoint(out / "checkpoints" / "step_00001")["model"]
+    for key in (
+        "model.embed_tokens.weight",
+        "model.layers.0.mlp.up_proj.weight",
+        "model.layers.21.mlp.up_proj.weight",
+    ):
+        assert torch.equal(trained[key], base[key]), key
+    assert not torch.equal(
+        trained["model.layers.29.mlp.up_proj.weight"], base["model.layers.29.mlp.up_proj.weight"]
+    )
+    assert "actor/rollout_logprob_diff" not in row  # recompute_old_logprobs: never, every id known
+    from transformers import AutoTokenizer
+
+    end_id = AutoTokenizer.from_pretrained(smollm2_dir).convert_tokens_to_ids("<|im_end|>")
+    turns = [
+        m for t in read_trajectories(out / "trajectories" / "step_00001.jsonl") for m in t.messages
+        if m.role == "assistant"
+    ]  # fmt: skip
+    assert turns and all(m.token_ids for m in turns)
+    assert all(m.token_ids[-1] == end_id or len(m.token_ids) == 24 for m in turns)
