@@ -10,6 +10,9 @@ Both run the one episode loop (``agentrl.rollout.episode``) and differ only in t
 - ``HFSnapshotEngine`` (``hf`` with ``rollout.staleness: 1``): the same sampler on a frozen copy of
   the policy, which ``after_update`` overwrites with the new weights; the copy lets a rollout run
   in a background thread while the live policy updates (``agentrl.train.overlap``).
+- ``ProcessSnapshotEngine`` (``hf`` with ``rollout.staleness: 1`` and ``rollout.sampler: process``,
+  ``agentrl.train.sampler_process``): ``HFEngine`` on a copy of the policy in shared memory, in a
+  child process with its own env pool and torch threads.
 - ``VLLMRollout`` (``vllm``): a vLLM server samples (``agentrl.train.vllm_engine.VLLMEngine``);
   after each update rank 0 pushes the new weights.
 """
@@ -200,10 +203,11 @@ class VLLMRollout:
 
 def make_engine(
     cfg: TrainConfig, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, step: int, tokenizer: Any,
-    output_dir: Path,
+    output_dir: Path, env_config: dict[str, Any] | None = None,
 ) -> RolloutEngine:  # fmt: skip
     """The engine ``cfg.rollout.engine`` names, sampling from ``model`` (as it is at ``step``); with
-    ``rollout.staleness: 1`` the HF engine samples from its own copy of the weights."""
+    ``rollout.staleness: 1`` the HF engine samples from its own copy of the weights, in a background
+    thread or (``rollout.sampler: process``) a child process stepping envs made from ``env_config``."""
     if cfg.rollout.engine == "vllm":
         return VLLMRollout(cfg, model, loop, step=step, tokenizer=tokenizer, output_dir=output_dir)
     cache_tokens = cfg.rollout.kv_cache_tokens if cfg.rollout.kv_cache else 0
@@ -214,4 +218,15 @@ def make_engine(
             "rollout.staleness: 1 with engine hf keeps a whole copy of the policy; "
             "with parallelism: fsdp use staleness 0 or engine vllm"
         )
-    return HFSnapshotEngine(model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens)
+    if cfg.rollout.sampler == "thread":
+        return HFSnapshotEngine(model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens)
+    from agentrl.train.sampler_process import ProcessSnapshotEngine, SamplerSetup
+
+    if env_config is None:
+        raise ValueError("rollout.sampler: process needs the env config")
+    r = cfg.rollout
+    setup = SamplerSetup(
+        tokenizer, frozenset(loop.stop_ids), loop.limits, r.max_len, loop.temperature, loop.top_p, pad_id,
+        cache_tokens, env_config, r.env_workers, r.torch_threads,
+    )  # fmt: skip
+    return ProcessSnapshotEngine(model, setup)
