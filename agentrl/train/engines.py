@@ -2,7 +2,7 @@
 
 Both run the one episode loop (``agentrl.rollout.episode``) and differ only in the generate function:
 
-- ``HFEngine`` (``hf``): the trainer's own model samples, all episodes in lock-step through
+- ``HFEngine`` (``hf``, ``agentrl.train.hf_engine``): the trainer's own model samples, all episodes in lock-step through
   ``hf_generate_batch``; under FSDP the weights are gathered once per rollout, so ranks may sample
   different lengths. It samples from the live model, so nothing is synced after an update. With
   ``rollout.kv_cache`` each episode keeps its KV cache between turns (``agentrl.train.kv_cache``),
@@ -19,10 +19,7 @@ Both run the one episode loop (``agentrl.rollout.episode``) and differ only in t
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures as cf
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,12 +27,10 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.learn.models import frozen_copy
-from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
-from agentrl.tokens import Expander
+from agentrl.rollout.episode import EpisodeSpec
 from agentrl.train.config import TrainConfig
-from agentrl.train.fsdp import full_params, is_sharded
-from agentrl.train.generate import hf_generate_batch
-from agentrl.train.kv_cache import EpisodeKVCache, PrefillStats
+from agentrl.train.fsdp import is_sharded
+from agentrl.train.hf_engine import EpisodeLoop, HFEngine
 from agentrl.trajectory import Trajectory
 
 __all__ = ["EpisodeLoop", "HFEngine", "HFSnapshotEngine", "RolloutEngine", "VLLMRollout", "make_engine"]
@@ -60,64 +55,6 @@ class RolloutEngine(Protocol):
     def close(self) -> None:
         """Release what the engine holds."""
         ...
-
-
-@dataclass(frozen=True)
-class EpisodeLoop:
-    """The episode loop's settings shared by every engine of a run."""
-
-    expander: Expander
-    stop_ids: Collection[int]
-    limits: Limits
-    executor: cf.Executor
-    temperature: float
-    top_p: float
-
-
-class HFEngine:
-    """The trainer's model samples all of a step's episodes in lock-step."""
-
-    def __init__(
-        self, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, kv_cache_tokens: int = 0
-    ) -> None:
-        """``kv_cache_tokens``: the cap of the per-episode KV caches kept between turns (0: none)."""
-        self.model, self.loop, self.pad_id = model, loop, pad_id
-        self.kv_cache_tokens = kv_cache_tokens
-        self.prefill = PrefillStats()  # the last rollout's prompt and prefilled tokens per turn
-        self.kv_cache: EpisodeKVCache | None = None  # the last rollout's cache (its counters)
-
-    def rollout(self, envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
-        lp = self.loop
-        self.prefill = PrefillStats()
-        self.kv_cache = EpisodeKVCache(self.kv_cache_tokens) if self.kv_cache_tokens > 0 else None
-        with full_params(self.model):
-            gen = hf_generate_batch(
-                self.model,
-                stop_ids=lp.stop_ids,
-                pad_id=self.pad_id,
-                temperature=lp.temperature,
-                top_p=lp.top_p,
-                cache=self.kv_cache,
-                stats=self.prefill,
-            )
-            results = asyncio.run(
-                run_episodes(
-                    envs, specs, generate_batch=gen, expander=lp.expander, stop_ids=lp.stop_ids,
-                    limits=lp.limits, executor=lp.executor,
-                )
-            )  # fmt: skip
-        if self.kv_cache is not None:
-            self.kv_cache.clear()  # the counters stay; the tensors go
-        return [res.trajectory for res in results]
-
-    def after_update(self, model: torch.nn.Module, step: int) -> None:
-        """Nothing to do: the next rollout samples from the live model."""
-
-    def prepare(self) -> None:
-        """Nothing to do: the engine samples from the live model."""
-
-    def close(self) -> None:
-        """Nothing held."""
 
 
 class HFSnapshotEngine(HFEngine):

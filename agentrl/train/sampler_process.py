@@ -145,7 +145,7 @@ def _serve(conn: Any, setup: SamplerSetup, model_module: str) -> None:
 
     from agentrl.env import ResearchEnv
     from agentrl.tokens import Expander
-    from agentrl.train.engines import EpisodeLoop, HFEngine
+    from agentrl.train.hf_engine import EpisodeLoop, HFEngine
 
     importlib.import_module(model_module)  # the model's code, before its weights arrive
     if setup.threads is not None:
