@@ -16,6 +16,7 @@ __all__ = [
     "JudgeError",
     "MissingSetting",
     "RubricError",
+    "SamplerError",
     "SchemaVersionError",
     "TemplateError",
     "TokenCheckError",
@@ -79,6 +80,11 @@ class TokenCheckError(AgentRLError):
 class ForkError(AgentRLError):
     """``on_fork="error"``: the template would rewrite earlier turns of this trajectory, so a
     chat-API rollout showed the model a different history than the appended token sequence."""
+
+
+class SamplerError(AgentRLError):
+    """The rollout sampler's own process (``rollout.sampler: process``) failed or exited; the
+    message carries the child's error in one line."""
 
 
 class AgentRLWarning(UserWarning):

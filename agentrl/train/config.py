@@ -105,11 +105,18 @@ class RolloutConfig(_Strict):
         description="0 = on-policy (sample, then update); 1 = one-step off-policy: step k+1 is sampled in the "
         "background, by the weights before step k's update, while step k updates (docs/async.md)",
     )
+    sampler: Literal["thread", "process"] = Field(
+        "thread",
+        description="staleness 1 with engine hf: where the next step samples, in a thread of the trainer's "
+        "process (sharing its GIL and torch threads) or in a process of its own (its own copy of the weights "
+        "in shared memory, env pool and torch threads; started with spawn); docs/async.md",
+    )
     torch_threads: int | None = Field(
         None,
         ge=1,
-        description="torch threads of the trainer's thread and, with staleness 1, of the background sampler's "
-        "(each sets it: torch's count is only partly per thread); null = as started (OMP_NUM_THREADS)",
+        description="torch threads of the trainer and, with staleness 1, of the background sampler (its thread "
+        "or its process; each sets it: in one process torch's count is only partly per thread); "
+        "null = as started (OMP_NUM_THREADS)",
     )
     kv_cache: bool = Field(
         True,
@@ -224,6 +231,12 @@ class TrainConfig(_Strict):
         if self.model.trainable_layers > 0 and self.model.lora_rank > 0:
             raise ValueError(
                 "model.trainable_layers and model.lora_rank both choose what trains: set one of them"
+            )
+        r = self.rollout
+        if r.sampler == "process" and r.staleness == 1 and (r.engine != "hf" or r.backend != "local"):
+            raise ValueError(
+                "rollout.sampler: process runs the hf engine and local envs in a process of its own; "
+                f"with engine {r.engine} and backend {r.backend} use sampler: thread"
             )
         overlong = self.algorithm.overlong
         if overlong.enable and overlong.max_tokens is None:  # the most policy tokens an episode samples

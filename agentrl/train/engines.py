@@ -2,7 +2,7 @@
 
 Both run the one episode loop (``agentrl.rollout.episode``) and differ only in the generate function:
 
-- ``HFEngine`` (``hf``): the trainer's own model samples, all episodes in lock-step through
+- ``HFEngine`` (``hf``, ``agentrl.train.hf_engine``): the trainer's own model samples, all episodes in lock-step through
   ``hf_generate_batch``; under FSDP the weights are gathered once per rollout, so ranks may sample
   different lengths. It samples from the live model, so nothing is synced after an update. With
   ``rollout.kv_cache`` each episode keeps its KV cache between turns (``agentrl.train.kv_cache``),
@@ -10,16 +10,16 @@ Both run the one episode loop (``agentrl.rollout.episode``) and differ only in t
 - ``HFSnapshotEngine`` (``hf`` with ``rollout.staleness: 1``): the same sampler on a frozen copy of
   the policy, which ``after_update`` overwrites with the new weights; the copy lets a rollout run
   in a background thread while the live policy updates (``agentrl.train.overlap``).
+- ``ProcessSnapshotEngine`` (``hf`` with ``rollout.staleness: 1`` and ``rollout.sampler: process``,
+  ``agentrl.train.sampler_process``): ``HFEngine`` on a copy of the policy in shared memory, in a
+  child process with its own env pool and torch threads.
 - ``VLLMRollout`` (``vllm``): a vLLM server samples (``agentrl.train.vllm_engine.VLLMEngine``);
   after each update rank 0 pushes the new weights.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures as cf
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,12 +27,10 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.learn.models import frozen_copy
-from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
-from agentrl.tokens import Expander
+from agentrl.rollout.episode import EpisodeSpec
 from agentrl.train.config import TrainConfig
-from agentrl.train.fsdp import full_params, is_sharded
-from agentrl.train.generate import hf_generate_batch
-from agentrl.train.kv_cache import EpisodeKVCache, PrefillStats
+from agentrl.train.fsdp import is_sharded
+from agentrl.train.hf_engine import EpisodeLoop, HFEngine
 from agentrl.trajectory import Trajectory
 
 __all__ = ["EpisodeLoop", "HFEngine", "HFSnapshotEngine", "RolloutEngine", "VLLMRollout", "make_engine"]
@@ -57,64 +55,6 @@ class RolloutEngine(Protocol):
     def close(self) -> None:
         """Release what the engine holds."""
         ...
-
-
-@dataclass(frozen=True)
-class EpisodeLoop:
-    """The episode loop's settings shared by every engine of a run."""
-
-    expander: Expander
-    stop_ids: Collection[int]
-    limits: Limits
-    executor: cf.Executor
-    temperature: float
-    top_p: float
-
-
-class HFEngine:
-    """The trainer's model samples all of a step's episodes in lock-step."""
-
-    def __init__(
-        self, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, kv_cache_tokens: int = 0
-    ) -> None:
-        """``kv_cache_tokens``: the cap of the per-episode KV caches kept between turns (0: none)."""
-        self.model, self.loop, self.pad_id = model, loop, pad_id
-        self.kv_cache_tokens = kv_cache_tokens
-        self.prefill = PrefillStats()  # the last rollout's prompt and prefilled tokens per turn
-        self.kv_cache: EpisodeKVCache | None = None  # the last rollout's cache (its counters)
-
-    def rollout(self, envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
-        lp = self.loop
-        self.prefill = PrefillStats()
-        self.kv_cache = EpisodeKVCache(self.kv_cache_tokens) if self.kv_cache_tokens > 0 else None
-        with full_params(self.model):
-            gen = hf_generate_batch(
-                self.model,
-                stop_ids=lp.stop_ids,
-                pad_id=self.pad_id,
-                temperature=lp.temperature,
-                top_p=lp.top_p,
-                cache=self.kv_cache,
-                stats=self.prefill,
-            )
-            results = asyncio.run(
-                run_episodes(
-                    envs, specs, generate_batch=gen, expander=lp.expander, stop_ids=lp.stop_ids,
-                    limits=lp.limits, executor=lp.executor,
-                )
-            )  # fmt: skip
-        if self.kv_cache is not None:
-            self.kv_cache.clear()  # the counters stay; the tensors go
-        return [res.trajectory for res in results]
-
-    def after_update(self, model: torch.nn.Module, step: int) -> None:
-        """Nothing to do: the next rollout samples from the live model."""
-
-    def prepare(self) -> None:
-        """Nothing to do: the engine samples from the live model."""
-
-    def close(self) -> None:
-        """Nothing held."""
 
 
 class HFSnapshotEngine(HFEngine):
@@ -200,10 +140,11 @@ class VLLMRollout:
 
 def make_engine(
     cfg: TrainConfig, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, step: int, tokenizer: Any,
-    output_dir: Path,
+    output_dir: Path, env_config: dict[str, Any] | None = None,
 ) -> RolloutEngine:  # fmt: skip
     """The engine ``cfg.rollout.engine`` names, sampling from ``model`` (as it is at ``step``); with
-    ``rollout.staleness: 1`` the HF engine samples from its own copy of the weights."""
+    ``rollout.staleness: 1`` the HF engine samples from its own copy of the weights, in a background
+    thread or (``rollout.sampler: process``) a child process stepping envs made from ``env_config``."""
     if cfg.rollout.engine == "vllm":
         return VLLMRollout(cfg, model, loop, step=step, tokenizer=tokenizer, output_dir=output_dir)
     cache_tokens = cfg.rollout.kv_cache_tokens if cfg.rollout.kv_cache else 0
@@ -214,4 +155,15 @@ def make_engine(
             "rollout.staleness: 1 with engine hf keeps a whole copy of the policy; "
             "with parallelism: fsdp use staleness 0 or engine vllm"
         )
-    return HFSnapshotEngine(model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens)
+    if cfg.rollout.sampler == "thread":
+        return HFSnapshotEngine(model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens)
+    from agentrl.train.sampler_process import ProcessSnapshotEngine, SamplerSetup
+
+    if env_config is None:
+        raise ValueError("rollout.sampler: process needs the env config")
+    r = cfg.rollout
+    setup = SamplerSetup(
+        tokenizer, frozenset(loop.stop_ids), loop.limits, r.max_len, loop.temperature, loop.top_p, pad_id,
+        cache_tokens, env_config, r.env_workers, r.torch_threads,
+    )  # fmt: skip
+    return ProcessSnapshotEngine(model, setup)

@@ -63,6 +63,10 @@ from agentrl.trajectory import Trajectory
 __all__ = ["Trainer"]
 
 
+def _no_envs(n: int) -> list[Any]:
+    return []
+
+
 class Trainer(StepSampling):
     """Owns the env pool, models, engine, judge and logs of one run (see the module docstring)."""
 
@@ -154,13 +158,15 @@ class Trainer(StepSampling):
         loop = EpisodeLoop(sampler_expander, self.stop_ids, limits, self.pool, r.temperature, r.top_p)
         self.engine: RolloutEngine = make_engine(
             cfg, self.model, loop, pad_id=self.pad_id, step=self.step, tokenizer=self.tokenizer,
-            output_dir=self.out,
+            output_dir=self.out, env_config=self.env_config,
         )  # fmt: skip
-        # rollout.staleness: 1 — step k+1 samples in the background while step k updates
+        # rollout.staleness: 1 — step k+1 samples in the background while step k updates (a sampler
+        # process steps envs of its own: the trainer's pool is not grown for it)
         self.sampler: OneStepOffPolicy | None = None
         if r.staleness == 1:
+            envs = self._envs if r.sampler == "thread" or r.engine != "hf" else _no_envs
             self.sampler = OneStepOffPolicy(
-                self.engine, jobs=self._jobs, envs=self._envs, last_step=cfg.steps, threads=r.torch_threads
+                self.engine, jobs=self._jobs, envs=envs, last_step=cfg.steps, threads=r.torch_threads
             )
             self.sampler.restore(self._presampled)
 

@@ -1,9 +1,10 @@
 """Wall time per RL step with ``rollout.staleness`` 0 and 1 on the CPU quickstart, measured in one run.
 
-    OMP_NUM_THREADS=2 python -m tests.bench.staleness [CONFIG] [--steps 15] [--variants 0,1,1:1,0:1] [--set K=V]
+    OMP_NUM_THREADS=2 python -m tests.bench.staleness [CONFIG] [--steps 15] [--variants 0,1,1p:1,0:1] [--set K=V]
 
-Each variant is ``STALENESS[:THREADS]`` (``rollout.torch_threads``: torch threads of the trainer and,
-with staleness 1, of the sampler; default: ``OMP_NUM_THREADS``). Every variant starts from the same
+Each variant is ``STALENESS[p][:THREADS]``: ``p`` samples in a process of its own
+(``rollout.sampler: process``; else ``thread``), ``THREADS`` is ``rollout.torch_threads`` (torch threads
+of the trainer and, with staleness 1, of the sampler's thread or process; default: ``OMP_NUM_THREADS``). Every variant starts from the same
 warm-started weights (the warm start runs once, with ``OMP_NUM_THREADS``: the one ``agentrl train``
 runs without ``torch_threads``), then runs ``--steps`` RL steps of the config. Printed per variant: wall seconds per step over all steps
 and over steps 2.. (step 1 cannot overlap), the ratio to the first variant, the mean time the
@@ -32,13 +33,16 @@ def _value(text: str) -> object:
         return text
 
 
-def _variant(spec: str) -> tuple[int, int | None]:
-    staleness, _, threads = spec.partition(":")
-    return int(staleness), int(threads) if threads else None
+def _variant(spec: str) -> tuple[int, str, int | None]:
+    mode, _, threads = spec.partition(":")
+    sampler = "process" if mode.endswith("p") else "thread"
+    return int(mode.removesuffix("p")), sampler, int(threads) if threads else None
 
 
-def _run(config: str, sets: dict, staleness: int, threads: int | None, out: Path, weights: dict) -> dict:
-    over = {**sets, "output_dir": str(out), "rollout.staleness": staleness, "rollout.torch_threads": threads}
+def _run(config: str, sets: dict, variant: tuple[int, str, int | None], out: Path, weights: dict) -> dict:
+    staleness, sampler, threads = variant
+    over = {**sets, "output_dir": str(out), "rollout.staleness": staleness, "rollout.sampler": sampler,
+            "rollout.torch_threads": threads}  # fmt: skip
     t = Trainer(load_train_config(config, over), progress=False)
     steps = t.cfg.steps
     t.setup()
@@ -71,7 +75,7 @@ def main() -> None:
     ap.add_argument("config", nargs="?", default="examples/quickstart.yaml")
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
-    ap.add_argument("--variants", default="0,1,1:1,0:1", help="STALENESS[:THREADS], comma-separated")
+    ap.add_argument("--variants", default="0,1,1p:1,0:1", help="STALENESS[p][:THREADS], comma-separated")
     args = ap.parse_args()
     sets = {"steps": args.steps} | {k: _value(v) for k, _, v in (s.partition("=") for s in args.set)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,12 +89,12 @@ def main() -> None:
         warm.judge.close()
         base = None
         for i, spec in enumerate(args.variants.split(",")):
-            staleness, threads = _variant(spec)
-            r = _run(args.config, sets, staleness, threads, Path(tmp) / f"v{i}", weights)
+            staleness, sampler, threads = variant = _variant(spec)
+            r = _run(args.config, sets, variant, Path(tmp) / f"v{i}", weights)
             torch.set_num_threads(start_threads)  # the run may have set its own
             base = base or r["per_step"]
             print(
-                f"staleness {staleness}, torch threads {threads or start_threads}: "
+                f"staleness {staleness}{f' ({sampler})' if staleness else ''}, torch threads {threads or start_threads}: "
                 f"{r['per_step']:.2f} s/step ({r['per_step'] / base:.2f}x), "
                 f"steps 2..: {r['per_step_after_1']:.2f} s/step, waiting for rollouts {r['rollout_wait']:.2f} s/step; "
                 f"reward first {r['reward_first']:.3f} last {r['reward_last']:.3f} mean {r['mean_reward']:.3f}; "

@@ -1,0 +1,82 @@
+"""``HFEngine``: the trainer's own model samples all of a step's episodes in lock-step through the
+one episode loop (``agentrl.rollout.episode``), with ``EpisodeLoop``, the loop's settings shared by
+every engine of a run. ``agentrl.train.engines`` chooses among the engines; the sampler process
+(``agentrl.train.sampler_process``) runs this engine in a child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
+from agentrl.tokens import Expander
+from agentrl.train.fsdp import full_params
+from agentrl.train.generate import hf_generate_batch
+from agentrl.train.kv_cache import EpisodeKVCache, PrefillStats
+from agentrl.trajectory import Trajectory
+
+__all__ = ["EpisodeLoop", "HFEngine"]
+
+
+@dataclass(frozen=True)
+class EpisodeLoop:
+    """The episode loop's settings shared by every engine of a run."""
+
+    expander: Expander
+    stop_ids: Collection[int]
+    limits: Limits
+    executor: cf.Executor
+    temperature: float
+    top_p: float
+
+
+class HFEngine:
+    """The trainer's model samples all of a step's episodes in lock-step."""
+
+    def __init__(
+        self, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, kv_cache_tokens: int = 0
+    ) -> None:
+        """``kv_cache_tokens``: the cap of the per-episode KV caches kept between turns (0: none)."""
+        self.model, self.loop, self.pad_id = model, loop, pad_id
+        self.kv_cache_tokens = kv_cache_tokens
+        self.prefill = PrefillStats()  # the last rollout's prompt and prefilled tokens per turn
+        self.kv_cache: EpisodeKVCache | None = None  # the last rollout's cache (its counters)
+
+    def rollout(self, envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
+        lp = self.loop
+        self.prefill = PrefillStats()
+        self.kv_cache = EpisodeKVCache(self.kv_cache_tokens) if self.kv_cache_tokens > 0 else None
+        with full_params(self.model):
+            gen = hf_generate_batch(
+                self.model,
+                stop_ids=lp.stop_ids,
+                pad_id=self.pad_id,
+                temperature=lp.temperature,
+                top_p=lp.top_p,
+                cache=self.kv_cache,
+                stats=self.prefill,
+            )
+            results = asyncio.run(
+                run_episodes(
+                    envs, specs, generate_batch=gen, expander=lp.expander, stop_ids=lp.stop_ids,
+                    limits=lp.limits, executor=lp.executor,
+                )
+            )  # fmt: skip
+        if self.kv_cache is not None:
+            self.kv_cache.clear()  # the counters stay; the tensors go
+        return [res.trajectory for res in results]
+
+    def after_update(self, model: torch.nn.Module, step: int) -> None:
+        """Nothing to do: the next rollout samples from the live model."""
+
+    def prepare(self) -> None:
+        """Nothing to do: the engine samples from the live model."""
+
+    def close(self) -> None:
+        """Nothing held."""
