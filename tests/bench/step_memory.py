@@ -4,6 +4,7 @@ pass that builds the [B, T, V] logits of every position (``policy_only=False``, 
 
     OMP_NUM_THREADS=2 python -m tests.bench.step_memory [--layers 30] [--vocab 49152 151936]
         [--rows 16] [--prompt 304] [--new 96] [--modes full 0 256] [--gradient-checkpointing]
+        [--trainable-layers N]
 
 A random llama-architecture model with SmolLM2-135M's shapes (hidden 576, 9 heads, 3 kv heads,
 intermediate 1536, tied embeddings; ``--layers`` of them, 30 in SmolLM2) built from a LlamaConfig
@@ -40,6 +41,10 @@ def _case(vocab: int, mode: str, a: argparse.Namespace) -> dict:
         tie_word_embeddings=True,
     )  # fmt: skip
     model = LlamaForCausalLM(cfg)
+    if a.trainable_layers:  # as model.trainable_layers: N does in the trainer
+        from agentrl.learn.models import train_last_layers
+
+        train_last_layers(model, a.trainable_layers)
     if a.gradient_checkpointing:  # as model.gradient_checkpointing: true does in the trainer
         model.gradient_checkpointing_enable()
     if mode == "full":  # every position through the head, as before policy_only
@@ -51,7 +56,7 @@ def _case(vocab: int, mode: str, a: argparse.Namespace) -> dict:
         update.forward_logprobs = forward_all
     else:
         set_logits_chunk(model, int(mode))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     rows, length = a.rows, a.prompt + a.new
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (rows, length), generator=g)
@@ -68,7 +73,8 @@ def _case(vocab: int, mode: str, a: argparse.Namespace) -> dict:
     }
     # The model's own memory: weights, gradients, AdamW's moments (a step on zero gradients allocates them).
     for p in model.parameters():
-        p.grad = torch.zeros_like(p)
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
     model_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -90,6 +96,7 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=["full", "0", "256"], help="'full' or a chunk size")
     ap.add_argument("--micro-batch-tokens", type=int, default=4096)
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--trainable-layers", type=int, default=0, help="train only the last N layers (0: all)")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.case:
@@ -99,7 +106,8 @@ def main() -> None:
     print(
         f"GRPO update step: {a.rows} rows x ({a.prompt} prompt + {a.new} policy tokens), {a.layers} layers,"
         f" micro-batches of {a.micro_batch_tokens} tokens"
-        f"{', gradient checkpointing' if a.gradient_checkpointing else ''}; peak RSS in MB"
+        f"{', gradient checkpointing' if a.gradient_checkpointing else ''}"
+        f"{f', last {a.trainable_layers} layers trained' if a.trainable_layers else ''}; peak RSS in MB"
     )
     print(f"{'vocab':>8} {'chunk':>6} {'model MB':>9} {'peak MB':>8} {'step s':>7} {'pg_loss':>9}")
     for vocab in a.vocab:
@@ -109,6 +117,7 @@ def main() -> None:
                 cmd += [f"--{k}", str(getattr(a, k))]
             cmd += ["--micro-batch-tokens", str(a.micro_batch_tokens)]
             cmd += ["--gradient-checkpointing"] if a.gradient_checkpointing else []
+            cmd += ["--trainable-layers", str(a.trainable_layers)]
             run = subprocess.run(cmd, capture_output=True, text=True)
             if run.returncode != 0:  # killed: out of memory on this machine
                 print(f"{vocab:>8} {chunk:>6} failed (rc {run.returncode}): {run.stderr.strip()[-200:]}")
