@@ -76,3 +76,20 @@ def assert_learning_signal(run_dir: Path | str, step: int = 1) -> None:
     assert set(stats) == {t.id for t in trajs}
     advantages = np.concatenate([e["advantages"] for e in stats.values()])
     assert advantages.size and np.abs(advantages).max() > 1e-3, "the advantages are all 0"
+
+
+class Killed(Exception):
+    """What ``Preempted`` raises: a run stopped between steps, as a preemption would."""
+
+
+def preempted_run(cfg: TrainConfig, after_step: int = 1) -> None:
+    """Run ``cfg`` and stop it (``Killed``) once step ``after_step`` is done and checkpointed."""
+    from agentrl.train import Trainer
+
+    class Preempted(Trainer):
+        def train_step(self):
+            if self.step == after_step:
+                raise Killed
+            return super().train_step()
+
+    Preempted(cfg, progress=False).run()

@@ -18,7 +18,7 @@ from agentrl.train import Trainer
 from agentrl.train.engines import EpisodeLoop, HFSnapshotEngine
 from agentrl.train.sampler_process import ProcessSnapshotEngine
 from agentrl.trajectory import read_trajectories
-from tests.train.learning_signal import assert_learning_signal, train_config
+from tests.train.learning_signal import Killed, assert_learning_signal, preempted_run, train_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")
 
@@ -96,18 +96,9 @@ def test_a_preempted_process_sampler_run_resumes_as_the_thread_sampler_runs(tmp_
     batch, sampled by version 0) and resumed, equals the uninterrupted run through the in-thread
     sampler: the same episodes and policy versions, the same update metrics and final weights."""
 
-    class Killed(Exception):
-        pass
-
-    class Preempted(Trainer):
-        def train_step(self):
-            if self.step == 1:
-                raise Killed
-            return super().train_step()
-
     over = {"checkpoint_every": 1, "steps": 3, "sft_steps": 1}
     with pytest.raises(Killed):
-        Preempted(train_config(tmp_path / "p", **over, **PROC), progress=False).run()
+        preempted_run(train_config(tmp_path / "p", **over, **PROC))
     state = torch.load(tmp_path / "p" / "run" / "checkpoints" / "step_00001" / "state.pt", weights_only=False)
     (ahead,) = state["presampled"]
     assert (ahead["step"], ahead["version"]) == (2, 0)

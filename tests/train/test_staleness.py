@@ -15,7 +15,7 @@ from agentrl.learn.forward import forward_logprobs
 from agentrl.train import Trainer
 from agentrl.train.engines import HFSnapshotEngine
 from agentrl.trajectory import read_trajectories
-from tests.train.learning_signal import assert_learning_signal, train_config
+from tests.train.learning_signal import Killed, assert_learning_signal, preempted_run, train_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")
 
@@ -153,18 +153,9 @@ def test_the_sampler_never_sees_weights_mid_update(tmp_path, monkeypatch):
 
 
 def _killed_after_step_1(tmp_path):
-    class Killed(Exception):
-        pass
-
-    class Preempted(Trainer):
-        def train_step(self):
-            if self.step == 1:
-                raise Killed
-            return super().train_step()
-
     over = {**OFF, "algorithm.name": "ppo", "checkpoint_every": 1, "steps": 3}
     with pytest.raises(Killed):
-        Preempted(train_config(tmp_path, **over), progress=False).run()
+        preempted_run(train_config(tmp_path, **over))
     return over
 
 
