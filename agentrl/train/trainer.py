@@ -148,23 +148,23 @@ class Trainer(StepSampling):
             with self.report.phase("restoring the latest checkpoint"):
                 self._restore()
         limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
-        # staleness 1: the sampler's thread tokenizes with a tokenizer of its own (a fast tokenizer
-        # shared by two threads can fail with "Already borrowed")
+        # staleness 1: a sampler thread tokenizes with a tokenizer of its own (a fast tokenizer shared
+        # by two threads can fail with "Already borrowed"); a sampler process has its expander and envs
+        in_child = r.staleness == 1 and r.engine == "hf" and r.sampler == "process"
         sampler_expander = (
-            self.expander
-            if r.staleness == 0
-            else Expander(deepcopy(self.tokenizer), max_len=r.max_len, stop_token_ids=self.stop_ids)
+            Expander(deepcopy(self.tokenizer), max_len=r.max_len, stop_token_ids=self.stop_ids)
+            if r.staleness == 1 and not in_child
+            else self.expander
         )
         loop = EpisodeLoop(sampler_expander, self.stop_ids, limits, self.pool, r.temperature, r.top_p)
         self.engine: RolloutEngine = make_engine(
             cfg, self.model, loop, pad_id=self.pad_id, step=self.step, tokenizer=self.tokenizer,
             output_dir=self.out, env_config=self.env_config,
         )  # fmt: skip
-        # rollout.staleness: 1 — step k+1 samples in the background while step k updates (a sampler
-        # process steps envs of its own: the trainer's pool is not grown for it)
+        # rollout.staleness: 1 — step k+1 samples in the background while step k updates
         self.sampler: OneStepOffPolicy | None = None
         if r.staleness == 1:
-            envs = self._envs if r.sampler == "thread" or r.engine != "hf" else _no_envs
+            envs = _no_envs if in_child else self._envs
             self.sampler = OneStepOffPolicy(
                 self.engine, jobs=self._jobs, envs=envs, last_step=cfg.steps, threads=r.torch_threads
             )
