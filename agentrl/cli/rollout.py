@@ -21,6 +21,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--suite", default=None, help="suite directory (default: the generated sandbox)")
     p.add_argument("--config", default=None, help="an env.yaml with search/fetch/cache/budgets settings")
     p.add_argument(
+        "--split",
+        default=None,
+        help="which of the suite's tasks: train (default; every task of a suite without splits), heldout "
+        "(tasks kept out of training, e.g. `sandbox build --heldout-companies`), or all",
+    )
+    p.add_argument(
         "--policy",
         default="oracle",
         help="oracle | openai:MODEL | litellm:MODEL | hf:PATH (a local transformers directory or an "
@@ -109,6 +115,8 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     cfg: dict[str, Any] = read_env_yaml(args.config) if args.config else {}
     if args.suite:
         cfg["suite"] = args.suite
+    if args.split:
+        cfg["split"] = args.split
     if args.cache and args.cache != "off":
         path = args.cache_path or str(Path(args.out).with_name("tool_cache.sqlite"))
         cfg["cache"] = {"mode": args.cache, "path": path}
@@ -170,7 +178,9 @@ def _run(args: argparse.Namespace) -> int:
     if cfg.get("cache", {}).get("mode") == "record":
         check_output_file(cfg["cache"]["path"], flag="--cache-path")
     env_config = load_env_config(cfg, source=args.config or "<command line>")
-    select_tasks(load_suite(env_config.suite).tasks, args.task, args.limit)  # unknown ids fail here
+    select_tasks(
+        load_suite(env_config.suite).tasks_in(env_config.split), args.task, args.limit
+    )  # unknown ids fail here
     params = _params(args, env_config.model_dump(mode="json"))
     check_resume(args.out, params)
     policy_opts = {

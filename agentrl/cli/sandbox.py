@@ -28,6 +28,13 @@ def register(subparsers: Any) -> None:
         help="number of companies (default 50: 5,750 pages, 550 tasks)",
     )
     b.add_argument(
+        "--heldout-companies",
+        type=int_range(0),
+        default=0,
+        help="more companies whose tasks form the suite's `heldout` split: same web and settings, "
+        "never trained on (default 0)",
+    )
+    b.add_argument(
         "--out", default="envs/sandbox-build", help="output directory (default envs/sandbox-build)"
     )
     b.add_argument("--index", action="store_true", help="also build the BM25 index now")
@@ -49,7 +56,13 @@ def _build(args: argparse.Namespace) -> int:
     from agentrl.env.sandbox import build
 
     t0 = time.monotonic()
-    stats = build(args.out, seed=args.seed, companies=args.companies, llm_criteria=args.llm_criteria)
+    stats = build(
+        args.out,
+        seed=args.seed,
+        companies=args.companies,
+        heldout=args.heldout_companies,
+        llm_criteria=args.llm_criteria,
+    )
     if args.index:
         from agentrl.env.backends.sandbox import sandbox_backend
 

@@ -81,6 +81,10 @@ class EnvConfig(_Strict):
     """The whole env configuration; ``suite`` is a directory or the name ``sandbox``."""
 
     suite: str = "sandbox"
+    split: str = "train"
+    """The suite's tasks this env draws and rollouts run: ``train`` (every task of a suite that names
+    no splits), ``heldout`` (tasks kept out of training) or ``all``. ``reset(options={"task": id})``
+    may still name any task of the suite."""
     search: SearchConfig = Field(default_factory=SearchConfig)
     fetch: FetchConfig = Field(default_factory=FetchConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)

@@ -109,6 +109,11 @@ class ResearchEnv(gymnasium.Env[str, str]):
         self.messages: list[Message] = []
         self._done = True
 
+    @property
+    def tasks(self) -> list[Task]:
+        """The tasks of the configured split (``config.split``) that resets draw from and rollouts run."""
+        return self.suite.tasks_in(self.config.split)
+
     # ---- gymnasium API -------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -119,7 +124,8 @@ class ResearchEnv(gymnasium.Env[str, str]):
         if options.get("task") is not None:
             self.task = self.suite.task(options["task"])
         else:
-            self.task = self.suite.tasks[int(self.np_random.integers(0, len(self.suite.tasks)))]
+            tasks = self.tasks
+            self.task = tasks[int(self.np_random.integers(0, len(tasks)))]
         where = self.task.rubric if isinstance(self.task.rubric, str) else f"task {self.task.id}"
         self.rubric = rubric_for(self.suite.rubric_data(self.task), source=str(where))
         if self.config.judge == "deterministic" and not is_deterministic(self.rubric):

@@ -19,6 +19,7 @@ from agentrl.env.sandbox import materialize
 from agentrl.errors import ConfigError
 
 __all__ = [
+    "ALL_SPLITS",
     "CorpusDoc",
     "Suite",
     "Task",
@@ -61,6 +62,9 @@ class Task(BaseModel):
     """An inline rubric mapping, or a path to a rubric YAML relative to the suite directory."""
     ground_truth: dict[str, Any] = {}
     family: str = "default"
+    split: str = "train"
+    """Which part of the suite the task belongs to: ``train`` (the default) or, conventionally,
+    ``heldout`` — tasks that training never draws and evaluation reports apart."""
     metadata: dict[str, Any] = {}
 
     @property
@@ -104,6 +108,25 @@ class Suite:
     tasks: list[Task]
     corpus_path: Path | None
 
+    @property
+    def splits(self) -> dict[str, int]:
+        """Tasks per split, in the order the splits first appear."""
+        out: dict[str, int] = {}
+        for t in self.tasks:
+            out[t.split] = out.get(t.split, 0) + 1
+        return out
+
+    def tasks_in(self, split: str) -> list[Task]:
+        """The tasks of one split, in suite order (``all``: every task); ``ConfigError`` when the
+        split has none, naming the splits there are."""
+        if split == ALL_SPLITS:
+            return list(self.tasks)
+        picked = [t for t in self.tasks if t.split == split]
+        if not picked:
+            have = ", ".join(f"{k} ({v})" for k, v in self.splits.items()) or "none"
+            raise ConfigError(f"suite {self.root}: no tasks in split {split!r} (its splits: {have})")
+        return picked
+
     def task(self, task_or_id: str | Task | dict[str, Any]) -> Task:
         """A task by id (or a ``Task``/dict passed through); ``ConfigError`` when unknown."""
         if isinstance(task_or_id, Task):
@@ -130,6 +153,9 @@ class Suite:
 
 
 _SUITES: dict[str, Suite] = {}
+
+#: The split name that selects every task of a suite.
+ALL_SPLITS = "all"
 
 
 def _default_sandbox_dir() -> Path | None:
@@ -163,10 +189,22 @@ def load_suite(name_or_path: str | Path) -> Suite:
     data_dir = root
     if (root / "sandbox.yaml").exists() and not (root / "tasks.jsonl").exists():
         spec = yaml.safe_load((root / "sandbox.yaml").read_text(encoding="utf-8")) or {}
+        unknown = (
+            sorted(set(spec) - {"seed", "companies", "heldout_companies"}) if isinstance(spec, dict) else []
+        )
+        if not isinstance(spec, dict) or unknown:
+            raise ConfigError(
+                f"{root / 'sandbox.yaml'}: expected a mapping of seed, companies, heldout_companies"
+                + (f"; unknown key {unknown[0]!r}" if unknown else "")
+            )
         try:
-            data_dir = materialize(seed=int(spec.get("seed", 0)), companies=int(spec.get("companies", 50)))
+            data_dir = materialize(
+                seed=int(spec.get("seed", 0)),
+                companies=int(spec.get("companies", 50)),
+                heldout=int(spec.get("heldout_companies", 0)),
+            )
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"{root / 'sandbox.yaml'}: seed and companies must be integers: {e}") from None
+            raise ConfigError(f"{root / 'sandbox.yaml'}: {e}") from None
     tasks_path = data_dir / "tasks.jsonl"
     if not tasks_path.exists():
         raise ConfigError(f"suite {key!r}: {tasks_path} is missing")

@@ -36,7 +36,7 @@ def task_rows(
     ``prompt`` is the system and user messages the env starts each episode with."""
     env = ResearchEnv(env_config or {})
     rows = []
-    for i, task in enumerate(env.suite.tasks[:limit]):
+    for i, task in enumerate(env.tasks[:limit]):
         env.reset(seed=i, options={"task": task})
         prompt = [{"role": m.role, "content": m.text} for m in env.messages]
         if engine == "verl":

@@ -86,7 +86,7 @@ def make_rollout_func(
     cfg = load_settings(settings, source="TRL rollout settings")
     env0 = cfg.make_env()
     by_prompt: dict[str, str] = {}
-    for t in env0.suite.tasks:
+    for t in env0.tasks:
         by_prompt.setdefault(t.prompt, t.id)
     calls = {"n": 0}
 

@@ -251,7 +251,7 @@ def probe(
             f"rubric {rubric.id!r} has LLM criteria ({llm}) and the judge has no model", JUDGE_MODEL
         )
     env = ResearchEnv({"suite": suite, "judge": "deferred"})
-    tasks = _pick(env.suite.tasks, limit)
+    tasks = _pick(env.tasks, limit)
     ids = [c.id for c in rubric.criteria] if rubric is not None else ["accuracy", "temporal", "citation"]
     policies: list[tuple[Policy, str]] = [(OraclePolicy(noise=0.0), "scripted oracle: search, open, answer")]
     for kind in shortcuts or list(SHORTCUTS):

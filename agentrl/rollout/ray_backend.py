@@ -91,8 +91,9 @@ async def run_rollout_ray(
         raise ValueError("workers and concurrency must be at least 1")
     t0 = time.monotonic()
     out = Path(out)
-    suite = load_suite(load_env_config(config).suite)
-    todo, skipped = plan_episodes(suite.tasks, out, n, tasks, limit)
+    env_config = load_env_config(config)
+    suite = load_suite(env_config.suite)
+    todo, skipped = plan_episodes(suite.tasks_in(env_config.split), out, n, tasks, limit)
     summary = RolloutSummary(skipped=skipped, kinds=page_kinds(suite))
     await policy_factory().aclose()  # a bad policy spec fails here, not in every worker
     if on_start:

@@ -63,6 +63,8 @@ def env_params(env_config: Mapping[str, Any]) -> dict[str, Any]:
     to ``env.budgets.max_turns``-style keys."""
     flat: dict[str, Any] = {}
     _flatten("", env_config, flat)
+    if flat.get("split") == "train":  # the default: outputs written before suites had splits resume
+        del flat["split"]
     return {f"env.{k}": v for k, v in sorted(flat.items()) if k not in _OPERATIONAL}
 
 

@@ -236,7 +236,7 @@ async def run_rollout(
     first = ResearchEnv(config)
     out = Path(out)
     summary = RolloutSummary(kinds=page_kinds(first.suite))
-    todo, summary.skipped = plan_episodes(first.suite.tasks, out, n, tasks, limit)
+    todo, summary.skipped = plan_episodes(first.tasks, out, n, tasks, limit)
     if on_start:
         on_start(len(todo))
     pool: asyncio.Queue[ResearchEnv] = asyncio.Queue()

@@ -107,7 +107,7 @@ class Trainer(StepSampling):
             torch.set_num_threads(r.torch_threads)
         self.env_config = self._env_config()
         probe = ResearchEnv(self.env_config)
-        self.tasks = probe.suite.tasks
+        self.tasks = probe.tasks
         self.page_kinds = page_kinds(probe.suite)
         if not self.tasks:
             raise ConfigError(f"rollout.suite {r.suite!r} has no tasks")

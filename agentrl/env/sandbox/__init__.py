@@ -1,8 +1,14 @@
 """The generated sandbox web: a seeded world of fictional companies, rendered as pages and tasks.
 
-``build(out_dir, seed=..., companies=...)`` writes ``corpus.jsonl``, ``tasks.jsonl`` and
-``env.yaml``; ``materialize(seed, companies)`` builds once into the cache directory and returns it.
-Both are deterministic: the same seed and size give byte-identical files.
+``build(out_dir, seed=..., companies=..., heldout=...)`` writes ``corpus.jsonl``, ``tasks.jsonl``
+and ``env.yaml``; ``materialize(seed, companies, heldout)`` builds once into the cache directory and
+returns it. Both are deterministic: the same seed and sizes give byte-identical files.
+
+``heldout`` more companies are drawn after the first ``companies`` (so the training world is the
+same whatever ``heldout`` is): their pages are in the same corpus — one web — and their tasks carry
+``"split": "heldout"``, which training never draws (``Suite.tasks_in``). Names never repeat within a
+world, so a held-out company shares no name, URL or figure series with a training one: answering
+about it takes research, not recall.
 """
 
 from __future__ import annotations
@@ -38,10 +44,16 @@ LLM_CRITERION = {
 
 
 def build(
-    out_dir: str | os.PathLike[str], *, seed: int = 0, companies: int = 50, llm_criteria: bool = False
+    out_dir: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    companies: int = 50,
+    heldout: int = 0,
+    llm_criteria: bool = False,
 ) -> dict[str, Any]:
-    """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind and family).
+    """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind, family and split).
 
+    ``heldout``: companies after the first ``companies`` whose tasks are the ``heldout`` split.
     ``llm_criteria`` adds ``LLM_CRITERION`` to every rubric (scoring then needs a judge model).
     """
     from agentrl.env.sandbox.pages import render_company
@@ -50,16 +62,22 @@ def build(
 
     if companies < 1:
         raise ValueError("companies must be at least 1")
+    if heldout < 0:
+        raise ValueError("heldout companies must be at least 0")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    world = make_world(seed, companies)
+    world = make_world(seed, companies + heldout)
     page_rng, task_rng = random.Random(seed * 7919 + 1), random.Random(seed * 104729 + 2)
     pages: list[dict[str, Any]] = []
     tasks: list[dict[str, Any]] = []
-    for comp in world:
+    for i, comp in enumerate(world):
         cp = render_company(comp, page_rng)
         pages.extend(cp)
-        tasks.extend(make_tasks(comp, {p["id"]: p for p in cp}, task_rng))
+        made = make_tasks(comp, {p["id"]: p for p in cp}, task_rng)
+        if i >= companies:  # train tasks carry no key: a world without held-out companies is unchanged
+            for t in made:
+                t["split"] = "heldout"
+        tasks.extend(made)
     if llm_criteria:
         for t in tasks:
             t["rubric"]["criteria"].append(dict(LLM_CRITERION))
@@ -80,14 +98,24 @@ def build(
     for p in pages:
         kinds[p["kind"]] = kinds.get(p["kind"], 0) + 1
     families: dict[str, int] = {}
+    splits: dict[str, int] = {}
     for t in tasks:
         families[t["family"]] = families.get(t["family"], 0) + 1
-    return {"pages": len(pages), "tasks": len(tasks), "kinds": kinds, "families": families, "out": str(out)}
+        splits[t.get("split", "train")] = splits.get(t.get("split", "train"), 0) + 1
+    return {
+        "pages": len(pages),
+        "tasks": len(tasks),
+        "kinds": kinds,
+        "families": families,
+        "splits": splits,
+        "out": str(out),
+    }
 
 
-def materialize(seed: int = 0, companies: int = 50) -> Path:
-    """The directory of the sandbox for ``(seed, companies)``, built into the cache on first use."""
-    out = cache_root() / "sandbox" / f"v{GENERATOR_VERSION}-seed{seed}-c{companies}"
+def materialize(seed: int = 0, companies: int = 50, heldout: int = 0) -> Path:
+    """The directory of the sandbox for ``(seed, companies, heldout)``, built into the cache on first use."""
+    name = f"v{GENERATOR_VERSION}-seed{seed}-c{companies}" + (f"-h{heldout}" if heldout else "")
+    out = cache_root() / "sandbox" / name
     if not (out / "tasks.jsonl").exists():
-        build(out, seed=seed, companies=companies)
+        build(out, seed=seed, companies=companies, heldout=heldout)
     return out
