@@ -1,8 +1,10 @@
 """A scripted oracle for sandbox tasks: search, open the official source, answer from it.
 
 With ``noise`` = p it opens, with probability p per episode, one of the task's distractors (a
-gossip page or an analyst preview visible at the task date) instead of the official release, and
-states that page's figure as fact, so rewards spread the way a real policy's would. At noise 0 it
+gossip page or an analyst preview visible at the task date *and listed in its search results*)
+instead of the official release, and states that page's figure as fact, so rewards spread the way a
+real policy's would. It never opens a URL it has not seen: a demonstration that did would teach a
+model to invent URLs (when no distractor was listed, it opens the official release). At noise 0 it
 scores the rubric maximum on every sandbox task. Its turns are Hermes ``<tool_call>`` text (or
 OpenAI ``tool_calls`` with ``style="openai"``), so they exercise the env's parser.
 """
@@ -30,12 +32,19 @@ class OraclePolicy:
         self.style = style
         self.name = f"oracle(noise={noise:g})"
 
-    def _source(self, ctx: EpisodeContext) -> dict[str, Any] | None:
+    def _source(self, messages: list[Message], ctx: EpisodeContext) -> dict[str, Any] | None:
+        """The page to open and answer from: the official release, or (noise) a distractor listed
+        in the first tool result (the search); the same choice at every turn of an episode."""
         gt = ctx.ground_truth
         official = gt.get("official")
-        visible = [d for d in gt.get("distractors", []) if d.get("date", "") <= ctx.date]
+        listed = next((m.text for m in messages if m.role == "tool"), "")
+        visible = [
+            d
+            for d in gt.get("distractors", [])
+            if d.get("date", "") <= ctx.date and d.get("url") and d["url"] in listed
+        ]
         rng = random.Random(stable_seed(ctx.seed, ctx.task_id, bits=64))
-        if visible and rng.random() < self.noise:
+        if rng.random() < self.noise and visible:
             return rng.choice(visible)
         return official
 
@@ -50,7 +59,7 @@ class OraclePolicy:
         """Turn 1: search; turn 2: open the chosen source; turn 3: answer from it."""
         turn = sum(1 for m in messages if m.role == "assistant")
         gt = ctx.ground_truth
-        src = self._source(ctx)
+        src = self._source(messages, ctx)
         if not gt or src is None:
             return self._call("answer", {"report": "I could not find a reliable answer."}, turn)
         if turn == 0:
