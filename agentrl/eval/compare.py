@@ -133,7 +133,7 @@ def compare(
     """The paired comparison B − A (see the module docstring). ``ConfigError`` when the two share
     no scored (task, sample) pair, or one side holds a (task, sample) twice."""
     sa, sb = _scored(a, a_name), _scored(b, b_name)
-    keys = [k for k in sa if k in sb]
+    keys = sorted(k for k in sa if k in sb)  # task order, so the draws never depend on file order
     if not keys:
         raise ConfigError(
             f"{a_name} and {b_name} share no scored (task, sample) pair: were both rolled out on the "

@@ -161,6 +161,7 @@ def scorecard(
         for c in r.criteria:
             crit_kind.setdefault(c.id, c.kind)
             crit[c.id].append(1.0 - c.score if c.kind == "negative" else c.score)
+    by_task = dict(sorted(by_task.items()))  # task order, so the draws never depend on file order
     n = len(trajs)
     counts = [len(v) for v in by_task.values()]
     reward = pass1 = None
