@@ -105,7 +105,7 @@ def test_auditor_scores_copies_with_its_rubric():
 
 def test_auditor_refuses_llm_criteria_without_a_model():
     auditor = Auditor(AuditConfig(), task_rubric=lambda t: _mixed_rubric())
-    with pytest.raises(ConfigError, match="set eval.audit.judge.model"):
+    with pytest.raises(ConfigError, match=r"set eval\.audit\.judge\.model"):
         auditor.audit([_answered("a", 0, "x", 1.0)])
     det = Auditor(AuditConfig(graders="deterministic"), task_rubric=lambda t: _mixed_rubric())
     (copy,) = det.audit([_answered("a", 0, "cite 7", 1.0)]).trajectories
