@@ -180,3 +180,35 @@ def test_the_audit_catches_a_policy_hacking_the_training_judge(suite, tmp_path, 
     assert fired and summary["audit"]["divergence"] and summary["audit"]["first_divergence_step"] == fired[0]
     err = capsys.readouterr().err
     assert "warning: audit divergence on sampled training episodes" in err and "AUDIT DIVERGENCE" in err
+
+
+def test_an_evaluation_leaves_the_global_random_states_as_it_found_them():
+    """Whatever an evaluation draws from Python's, numpy's or torch's global generators, the training
+    that follows draws what it would have drawn without it."""
+    import random
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from agentrl.train.evaluation import evaluate_after_step
+    from agentrl.train.progress import Progress
+
+    class Greedy:  # an evaluation that consumes every global generator
+        def due(self, step):
+            return True
+
+        def audit_due(self, step):
+            return True
+
+        def evaluate(self, step):
+            return {"val/x": random.random() + float(np.random.rand()) + torch.rand(1).item()}
+
+        def audit_step(self, step):
+            return {"audit/x": random.random() + torch.rand(1).item()}
+
+    trainer = SimpleNamespace(evaluation=Greedy(), report=Progress())
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    assert set(evaluate_after_step(trainer, 3)) == {"val/x", "audit/x"}
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected

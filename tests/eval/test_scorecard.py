@@ -14,14 +14,14 @@ from tests.eval.fixtures import traj
 
 
 def _suite_of_three():
-    """Task a: 1, 1, 0.5; task b: 0, 0 (one unanswered); task c: 0.25 and a judge error; task d
-    only unjudged. Task means 2.5/3, 0, 0.25."""
+    """Task a: 1, 1, 0.5; task b: 0 (unanswered: it counts 0), 0.5; task c: 0.25 and a judge error
+    (left out); task d only unjudged. Task means 2.5/3, 0.25, 0.25."""
     return [
         traj("a", 0, 1.0, criteria={"acc": 1.0, "neg-rumor": 0.0}, tool_calls=2),
         traj("a", 1, 1.0, criteria={"acc": 1.0, "neg-rumor": 1.0}, tool_calls=1),
         traj("a", 2, 0.5, criteria={"acc": 0.0, "neg-rumor": 0.0}),
         traj("b", 0, 0.0, status="unanswered", truncated_reason="max_turns"),
-        traj("b", 1, 0.0, criteria={"acc": 0.0, "neg-rumor": 0.0}, truncated_reason="generation_limit"),
+        traj("b", 1, 0.5, criteria={"acc": 0.0, "neg-rumor": 0.0}, truncated_reason="generation_limit"),
         traj("c", 0, 0.25, criteria={"acc": 0.0, "neg-rumor": 0.0}),
         traj("c", 1, None, judge_error=True),
         traj("d", 0, None),
@@ -30,7 +30,7 @@ def _suite_of_three():
 
 def test_scorecard_hand_values():
     card = scorecard(_suite_of_three(), kinds={}, n_boot=2000, seed=4)
-    task_means = [2.5 / 3, 0.0, 0.25]
+    task_means = [2.5 / 3, 0.25, 0.25]
     assert card.tasks == 4 and card.episodes == 8 and card.scored == 6
     assert card.judge_errors == 1 and card.unjudged == 1
     assert card.samples_per_task == 3 and card.min_samples_per_task == 1
@@ -38,9 +38,9 @@ def test_scorecard_hand_values():
     lo, hi = bootstrap_ci(task_means, n_boot=2000, seed=4)  # the interval is over the 3 scored tasks
     assert (card.reward.low, card.reward.high) == pytest.approx((lo, hi))
     assert card.mean_at_n == card.reward.mean
-    assert card.best_at_n == pytest.approx(np.mean([1.0, 0.0, 0.25]))
+    assert card.best_at_n == pytest.approx(np.mean([1.0, 0.5, 0.25]))
     assert card.worst_at_n == pytest.approx(np.mean([0.5, 0.0, 0.25]))
-    assert card.std_at_n == pytest.approx(np.mean([np.std([1, 1, 0.5]), 0.0, 0.0]))
+    assert card.std_at_n == pytest.approx(np.mean([np.std([1, 1, 0.5]), 0.25, 0.0]))
     # pass = a full score: a passes 2 of 3, b 0 of 2, c 0 of 1
     assert card.pass_at_k["1"] == pytest.approx(np.mean([2 / 3, 0, 0]))
     assert card.pass_at_k["2"] == pytest.approx(np.mean([1.0, 0.0]))  # tasks with ≥ 2 samples: a, b
