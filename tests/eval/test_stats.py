@@ -138,6 +138,13 @@ def test_sign_flip_monte_carlo_agrees_with_exact():
     assert sign_flip_pvalue(d, exact_max_tasks=0, seed=1) == sign_flip_pvalue(d, exact_max_tasks=0, seed=1)
 
 
+def test_monte_carlo_p_value_is_never_zero():
+    """(1 + hits) / (1 + n_perm): with no random pattern as extreme as the data, p = 1/(n_perm + 1),
+    the smallest p-value that n_perm patterns can support (0 would claim certainty)."""
+    p, exact = sign_flip_pvalue(np.full(24, 0.3), n_perm=99, seed=0)
+    assert not exact and p == pytest.approx(1 / 100)
+
+
 def _paired_experiments(delta: float, runs: int, tasks: int, seed: int) -> tuple[float, float, float]:
     """(share with p < 0.05, share whose interval excludes 0, share whose interval lies above 0) over
     ``runs`` simulated paired experiments whose per-task B − A differences are N(delta, 1)."""
