@@ -57,9 +57,10 @@ def _config(suite: Path, out: Path, **over) -> TrainConfig:
 def runs(suite, tmp_path_factory):
     """The same run without and with evaluation: (trainer, run dir) each."""
     root = tmp_path_factory.mktemp("eval-runs")
-    off = Trainer(_config(suite, root / "off"), progress=False)
+    warmup = {"optim.warmup_steps": 3}  # the learning rate changes every step: a stray schedule step shows
+    off = Trainer(_config(suite, root / "off", **warmup), progress=False)
     off.run()
-    on = Trainer(_config(suite, root / "on", eval=EVAL), progress=False)
+    on = Trainer(_config(suite, root / "on", eval=EVAL, **warmup), progress=False)
     on.run()
     return (off, root / "off"), (on, root / "on")
 
@@ -77,6 +78,7 @@ def test_evaluation_changes_nothing_the_run_trains(runs):
             if not key.startswith(("timing_s/", "perf/")):
                 assert b[key] == value, key
     assert rows_off[1]["actor/grad_norm"] > 0  # the runs trained: equal weights are no accident
+    assert rows_off[0]["actor/lr"] != rows_off[1]["actor/lr"]
     for k, v in off.model.state_dict().items():
         assert torch.equal(v, on.model.state_dict()[k]), k
     for step in (1, 2):  # and the training episodes are the same episodes
