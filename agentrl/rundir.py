@@ -14,6 +14,8 @@ its files. ``agentrl train`` writes through it; replay, explain and ``agentrl re
       tensorboard/                 optional TensorBoard events
       trajectories/step_NNNNN.jsonl  every trajectory of step N
       tokens/step_NNNNN.npz        the per-token numbers of step N's update (``write_token_stats``)
+      eval/step_NNNNN.jsonl        the judged episodes of the evaluation after step N (0: before RL)
+      audit/step_NNNNN.jsonl       the training episodes of step N the audit judge re-scored
       checkpoints/step_NNNNN/      state.pt (complete exactly when present), meta.json, sharded/ (FSDP)
       vllm_sync/                   the weights a vLLM server reloads (``vllm.sync: full``, by default)
 
@@ -39,9 +41,11 @@ from agentrl.errors import ConfigError
 from agentrl.jsonl import line_text, read_records
 
 __all__ = [
+    "AUDIT",
     "CHECKPOINTS",
     "CONFIG",
     "CONFIG_YAML",
+    "EVAL",
     "METRICS",
     "OWNED",
     "REPORT",
@@ -77,10 +81,12 @@ TRAJECTORIES = "trajectories"
 TOKENS = "tokens"
 CHECKPOINTS = "checkpoints"
 VLLM_SYNC = "vllm_sync"
+EVAL = "eval"
+AUDIT = "audit"
 #: The entries agentrl itself writes at the top of a run directory (``config.yaml`` is the user's).
 OWNED = frozenset(
     {CONFIG, METRICS, SFT, SUMMARY, REWARD_CURVE, REPORT, TOKENIZER, TENSORBOARD, TRAJECTORIES, TOKENS,
-     CHECKPOINTS, VLLM_SYNC}
+     CHECKPOINTS, VLLM_SYNC, EVAL, AUDIT}
 )  # fmt: skip
 #: Inside one checkpoint directory ``checkpoints/step_NNNNN/``.
 STATE = "state.pt"
@@ -240,6 +246,14 @@ class RunDir:
     def trajectory_file(self, step: int) -> Path:
         return self.path / TRAJECTORIES / f"{step_name(step)}.jsonl"
 
+    def eval_file(self, step: int) -> Path:
+        """The judged episodes of the evaluation after RL step ``step`` (0: before the first)."""
+        return self.path / EVAL / f"{step_name(step)}.jsonl"
+
+    def audit_file(self, step: int) -> Path:
+        """The episodes of training step ``step`` that the audit judge re-scored."""
+        return self.path / AUDIT / f"{step_name(step)}.jsonl"
+
     def token_file(self, step: int) -> Path:
         return self.path / TOKENS / f"{step_name(step)}.npz"
 
@@ -256,6 +270,10 @@ class RunDir:
     def trajectory_files(self) -> dict[int, Path]:
         """Step → ``trajectories/step_NNNNN.jsonl``, for every step that stored its trajectories."""
         return self._step_files(TRAJECTORIES, ".jsonl")
+
+    def eval_files(self) -> dict[int, Path]:
+        """Step → ``eval/step_NNNNN.jsonl``, for every evaluation the run stored (0: before RL)."""
+        return self._step_files(EVAL, ".jsonl")
 
     def token_files(self) -> dict[int, Path]:
         """Step → ``tokens/step_NNNNN.npz``, for every step that kept its per-token numbers."""
@@ -309,9 +327,9 @@ class RunDir:
         return ours
 
     def forget_after(self, step: int) -> None:
-        """Delete the trajectories and per-token files of the steps after ``step``, and the
-        temporary files of interrupted writes (a resumed run recomputes those steps)."""
-        for folder in (TRAJECTORIES, TOKENS):
+        """Delete the trajectories, per-token files, evaluations and audits of the steps after
+        ``step``, and the temporary files of interrupted writes (a resumed run recomputes those steps)."""
+        for folder in (TRAJECTORIES, TOKENS, EVAL, AUDIT):
             d = self.path / folder
             if not d.is_dir():
                 continue

@@ -31,6 +31,7 @@ LAYERS = {
     "policy": 2,
     "learn": 2,
     "rollout": 3,
+    "eval": 3.5,  # DESIGN.md's layer 7 beside train, but below it here: train calls the evaluation hook
     "train": 4,
     "replay": 5,
     "explain": 5,
@@ -58,7 +59,9 @@ ALLOWED: dict[str, set[str]] = {
     "policy": {"errors", "trajectory", "credentials", "seeds"},
     "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir"},
     "rollout": {"errors", "trajectory", "judge", "env", "policy", "tokens", "seeds", "outputs"},
+    "eval": {"errors", "trajectory", "rundir", "judge", "env", "rollout", "seeds"},
     "train": {
+        "eval",
         "errors",
         "trajectory",
         "algos",

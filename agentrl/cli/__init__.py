@@ -24,6 +24,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 COMMANDS: tuple[str, ...] = (
     "train",
     "rollout",
+    "eval",
     "model",
     "judge",
     "rubric",

@@ -7,7 +7,11 @@ from typing import Any
 
 from agentrl.cli.args import float_range, int_range
 
-__all__ = ["register"]
+__all__ = ["SETTING_FLAGS", "add_rollout_arguments", "print_summary", "register", "run_command"]
+
+
+#: Library settings named in errors, and the flags that set them.
+SETTING_FLAGS = {"JudgeConfig(model=...)": "--judge-model", "api_base=...": "--api-base"}
 
 
 def register(subparsers: Any) -> None:
@@ -18,6 +22,18 @@ def register(subparsers: Any) -> None:
         description="Run episodes concurrently and append trajectories to a JSONL file. Episodes "
         "already in the output are skipped, so re-running the same command resumes.",
     )
+    add_rollout_arguments(p)
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output JSONL, e.g. runs/NAME/trajectories.jsonl; resuming it needs the same parameters "
+        "(kept in OUT.params.json)",
+    )
+    p.set_defaults(handler=_run, setting_flags=SETTING_FLAGS)
+
+
+def add_rollout_arguments(p: Any) -> None:
+    """Every ``rollout`` option but ``--out`` (``agentrl eval`` takes them too)."""
     p.add_argument("--suite", default=None, help="suite directory (default: the generated sandbox)")
     p.add_argument("--config", default=None, help="an env.yaml with search/fetch/cache/budgets settings")
     p.add_argument(
@@ -73,12 +89,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--task", action="append", default=None, help="only this task id (repeatable)")
     p.add_argument("--seed", type=int_range(0), default=0, help="base seed of the per-episode seeds")
     p.add_argument(
-        "--out",
-        required=True,
-        help="output JSONL, e.g. runs/NAME/trajectories.jsonl; resuming it needs the same parameters "
-        "(kept in OUT.params.json)",
-    )
-    p.add_argument(
         "--cache", choices=["off", "record", "replay"], default=None, help="tool record/replay mode"
     )
     p.add_argument(
@@ -101,9 +111,6 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--ray-address", default=None, help="--ray: join this cluster (e.g. auto); default: start a local Ray"
-    )
-    p.set_defaults(
-        handler=_run, setting_flags={"JudgeConfig(model=...)": "--judge-model", "api_base=...": "--api-base"}
     )
 
 
@@ -161,8 +168,20 @@ def _params(args: argparse.Namespace, env_config: dict[str, Any]) -> dict[str, A
 
 
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
     import json
+
+    from rich.console import Console
+
+    summary = run_command(args)
+    print_summary(Console(stderr=True), summary)
+    print(json.dumps(summary.as_dict()))
+    return 1 if summary.failed else 0
+
+
+def run_command(args: argparse.Namespace) -> Any:
+    """Run the rollout the parsed ``args`` describe (with a progress bar on stderr unless
+    ``--no-progress``); returns its ``RolloutSummary``."""
+    import asyncio
 
     from agentrl.credentials import explicit_key
     from agentrl.env.config import load_env_config
@@ -257,7 +276,11 @@ def _run(args: argparse.Namespace) -> int:
             )
 
         with naming(args.out):  # a write to the output that fails (ENOSPC) names it
-            summary = asyncio.run(main())
+            return asyncio.run(main())
+
+
+def print_summary(console: Any, summary: Any) -> None:
+    """The rollout's one summary line (and its first failures) on ``console``."""
     out = summary.as_dict()
     console.print(
         f"[bold]{out['episodes']}[/] episodes ({out['skipped']} already done, {out['failed']} failed) in "
@@ -291,5 +314,3 @@ def _run(args: argparse.Namespace) -> int:
     )
     for line in summary.failures[:5]:
         console.print(f"[red]failed[/] {line}")
-    print(json.dumps(out))
-    return 1 if summary.failed else 0

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentrl.errors import ConfigError
+from agentrl.eval.config import AuditConfig, EvalConfig
 from agentrl.judge.config import JudgeConfig
 from agentrl.learn.algorithm import AlgorithmConfig
 from agentrl.tokens.cut import DEFAULT_MAX_LEN
@@ -23,6 +24,8 @@ from agentrl.yamlload import dotted as field_name
 __all__ = [
     "INPUT_PATHS",
     "AlgorithmConfig",
+    "AuditConfig",
+    "EvalConfig",
     "ModelConfig",
     "OptimConfig",
     "RolloutConfig",
@@ -191,6 +194,10 @@ class TrainConfig(_Strict):
     judge: TrainJudgeConfig = Field(default_factory=TrainJudgeConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     vllm: VLLMSettings = Field(default_factory=VLLMSettings, description="rollout.engine: vllm")
+    eval: EvalConfig = Field(
+        default_factory=EvalConfig,
+        description="evaluation during training and the audit judge (docs/eval.md)",
+    )
     steps: int = Field(20, ge=0, description="training steps (rollout → judge → expand → update)")
     sft_steps: int = Field(
         0, ge=0, description="supervised warm-start steps on oracle trajectories before RL"
@@ -292,6 +299,8 @@ INPUT_PATHS: tuple[str, ...] = (
     "model.tokenizer",
     "rollout.env.suite",
     "rollout.env.cache.path",
+    "eval.suite",
+    "eval.audit.rubric",
 )
 _MAY_BE_NEW = frozenset({"rollout.env.cache.path"})
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from agentrl.train.report import REWARD_KEY
+from agentrl.train.report import REWARD_KEY, VAL_HIGH, VAL_KEY, VAL_LOW
 
 __all__ = ["LineProgress", "LiveProgress", "Progress", "make_progress", "step_line"]
 
@@ -35,6 +35,11 @@ def step_line(metrics: dict[str, Any], total: int) -> str:
         parts.append("update skipped (nothing trainable)")
     else:
         parts.append(f"update {_s(t.get('expand', 0.0) + t.get('adv', 0.0) + t.get('update', 0.0))}")
+    if VAL_KEY in metrics:
+        ci = f" [{metrics[VAL_LOW]:.3f}, {metrics[VAL_HIGH]:.3f}]" if VAL_LOW in metrics else ""
+        parts.append(f"eval {metrics[VAL_KEY]:.3f}{ci} in {_s(t.get('eval', 0.0))}")
+    if metrics.get("audit/divergence"):
+        parts.append("AUDIT DIVERGENCE")
     return f"step {int(metrics['step'])}/{total}: " + " · ".join(parts) + f" · {_s(t.get('step', 0.0))}"
 
 
@@ -57,6 +62,9 @@ class Progress:
 
     def step(self, metrics: dict[str, Any]) -> None:
         """An RL step finished with ``metrics``."""
+
+    def note(self, text: str) -> None:
+        """One line to show now (an evaluation's result, a warning)."""
 
     def close(self) -> None:
         """Stop drawing (the run ended or failed)."""
@@ -95,6 +103,9 @@ class LineProgress(Progress):
 
     def step(self, metrics: dict[str, Any]) -> None:
         self._print(step_line(metrics, self._total))
+
+    def note(self, text: str) -> None:
+        self._print(text)
 
 
 class LiveProgress(Progress):
@@ -154,6 +165,9 @@ class LiveProgress(Progress):
         self._bars.update(
             self._train, completed=step, count=f"{step}/{self._total}", info=f"reward {self._reward}"
         )
+
+    def note(self, text: str) -> None:
+        self._bars.console.print(text, markup=False, highlight=False)
 
     def close(self) -> None:
         self._bars.stop()

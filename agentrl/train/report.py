@@ -15,6 +15,8 @@ from agentrl.rundir import RunDir, mend_jsonl_tail
 __all__ = ["RunLog", "summarize_rewards", "summarize_sources"]
 
 REWARD_KEY = "critic/score/normalized_mean"
+#: The evaluation's mean normalised reward and its interval (``agentrl.eval.during_training``).
+VAL_KEY, VAL_LOW, VAL_HIGH = "val/reward/mean", "val/reward/ci_low", "val/reward/ci_high"
 
 
 def summarize_rewards(rewards: list[float], frac: float = 0.2) -> dict[str, float]:
@@ -100,25 +102,35 @@ class RunLog:
             w.close() if kind == "tb" else w.finish()
         self._writers = []
 
-    def finish(self) -> dict[str, Any]:
-        """Write ``summary.json`` and ``reward_curve.png``; return the summary."""
-        rewards = [r.get(REWARD_KEY, 0.0) for r in self.rows]
+    def finish(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write ``summary.json`` (with ``extra``: the evaluation's part) and ``reward_curve.png``;
+        return the summary. Rows of step 0 (an evaluation before RL) are no training step."""
+        steps = [r for r in self.rows if r.get("step", 0) >= 1]
+        rewards = [r.get(REWARD_KEY, 0.0) for r in steps]
         summary: dict[str, Any] = {
-            "steps": len(self.rows),
+            "steps": len(steps),
             **summarize_rewards(rewards),
-            **summarize_sources(self.rows),
+            **summarize_sources(steps),
         }
-        if self.rows:
-            summary["time_s"] = sum(r.get("timing_s/step", 0.0) for r in self.rows)
-            summary["final"] = {k: v for k, v in self.rows[-1].items() if not k.startswith("timing")}
-        png = self._plot(rewards)
+        if steps:
+            summary["time_s"] = sum(r.get("timing_s/step", 0.0) for r in steps)
+            summary["final"] = {k: v for k, v in steps[-1].items() if not k.startswith("timing")}
+        summary |= extra or {}
+        evals = [
+            (int(r["step"]), r[VAL_KEY], r.get(VAL_LOW), r.get(VAL_HIGH)) for r in self.rows if VAL_KEY in r
+        ]
+        png = self._plot(rewards, evals)
         if png:
             summary["reward_curve"] = str(png)
         self.run.write_summary(summary)
         return summary
 
-    def _plot(self, rewards: list[float]) -> Path | None:
-        if not rewards:
+    def _plot(
+        self, rewards: list[float], evals: Sequence[tuple[int, float, float | None, float | None]] = ()
+    ) -> Path | None:
+        """The training reward per step and its moving mean; with ``evals``, (step, mean, low,
+        high) of each evaluation drawn beside it with its interval."""
+        if not rewards and not evals:
             return None
         import matplotlib
 
@@ -127,18 +139,25 @@ class RunLog:
 
         fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
         steps = list(range(1, len(rewards) + 1))
-        ax.plot(steps, rewards, marker="o", markersize=3, label="mean reward (normalized)")
+        ax.plot(steps, rewards, marker="o", markersize=3, label="training reward (normalised)")
         k = max(1, len(rewards) // 10)
         smooth = [
             sum(rewards[max(0, i - k + 1) : i + 1]) / len(rewards[max(0, i - k + 1) : i + 1])
             for i in range(len(rewards))
         ]
         ax.plot(steps, smooth, label=f"moving mean ({k} steps)")
+        if evals:
+            xs = [e[0] for e in evals]
+            ys = [e[1] for e in evals]
+            lo = [y - (e[2] if e[2] is not None else y) for y, e in zip(ys, evals, strict=True)]
+            hi = [(e[3] if e[3] is not None else y) - y for y, e in zip(ys, evals, strict=True)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt="s-", markersize=4, capsize=3,
+                        label="eval (95% CI over tasks)")  # fmt: skip
         ax.set_xlabel("step")
         ax.set_ylabel("reward")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
+        ax.legend(loc="best", fontsize="small")
         fig.tight_layout()
         path = self.run.reward_curve_file
         fig.savefig(path)

@@ -47,6 +47,13 @@ from agentrl.train.distributed import (
     world_size,
 )
 from agentrl.train.engines import EpisodeLoop, RolloutEngine, make_engine
+from agentrl.train.evaluation import (
+    check_evaluation,
+    evaluate_after_step,
+    evaluate_before_rl,
+    make_evaluation,
+    summary_extra,
+)
 from agentrl.train.fsdp import full_params, set_grad_divide
 from agentrl.train.overlap import OneStepOffPolicy, Presampled
 from agentrl.train.preflight import check_run, setting_up
@@ -169,6 +176,7 @@ class Trainer(StepSampling):
                 self.engine, jobs=self._jobs, envs=envs, last_step=cfg.steps, threads=r.torch_threads
             )
             self.sampler.restore(self._presampled)
+        self.evaluation = make_evaluation(self)  # ``eval:`` (None when it evaluates nothing)
 
     def _tokenizer_texts(self) -> list[str]:
         """What a ``tiny:`` model's tokenizer is trained on: oracle trajectories' messages."""
@@ -375,16 +383,20 @@ class Trainer(StepSampling):
         ``resume`` (continue its latest checkpoint) or ``overwrite`` (delete the run in it first)."""
         try:
             check_run(self.cfg, resume=resume, overwrite=overwrite)  # before anything is built or written
+            check_evaluation(self.cfg, self._env_config())
             with setting_up(self.out, overwrite=overwrite):
                 self.setup(resume=resume)
             if not resume:
                 self.warm_start()
             if self.log is not None:
                 self.log.start(self.cfg)
-            self.report.start_steps(self.cfg.steps, self.step)
             try:
+                if not resume:
+                    evaluate_before_rl(self)
+                self.report.start_steps(self.cfg.steps, self.step)
                 while self.step < self.cfg.steps:
                     metrics = self.train_step()
+                    metrics.update(evaluate_after_step(self, self.step))
                     if self.log is not None:
                         self.log.step(metrics)
                     self.report.step(metrics)
@@ -395,12 +407,14 @@ class Trainer(StepSampling):
                 if self.log is not None:
                     self.log.stop()
                 self.judge.close()
+                if self.evaluation is not None:
+                    self.evaluation.close()
                 (self.sampler or self.engine).close()
             with self.report.phase(f"checkpoint of step {self.step}"):
                 self.save()
             if self.log is None:
                 return {}
             with self.report.phase("summary and reward curve"):
-                return self.log.finish()
+                return self.log.finish(summary_extra(self))
         finally:
             self.report.close()

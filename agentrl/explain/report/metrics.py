@@ -46,6 +46,17 @@ METRIC_LABELS: dict[str, str] = {
     "timing_s/update": "Update",
     "timing_s/adv": "Advantages",
     "sft/loss": "Warm-start loss",
+    "val/reward/mean": "Eval: mean normalised reward",
+    "val/reward/ci_low": "Eval: 95% interval, low",
+    "val/reward/ci_high": "Eval: 95% interval, high",
+    "audit/train_mean": "Training judge, sampled steps",
+    "audit/audit_mean": "Audit judge, sampled steps",
+    "val-audit/train_mean": "Training judge, eval episodes",
+    "val-audit/audit_mean": "Audit judge, eval episodes",
+    "audit/flip_rate": "Pass/fail flips, sampled steps",
+    "audit/kappa": "Cohen's kappa, sampled steps",
+    "val-audit/flip_rate": "Pass/fail flips, eval episodes",
+    "val-audit/kappa": "Cohen's kappa, eval episodes",
 }
 
 

@@ -30,6 +30,17 @@ __all__ = ["CHART_GROUPS", "render_report"]
 #: The metric charts, in page order: (title, metric names, y-axis label). Absent metrics are skipped.
 CHART_GROUPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("Reward", ("critic/score/normalized_mean", "critic/score/mean"), "reward"),
+    (
+        "Evaluation (95% interval over tasks)",
+        ("val/reward/mean", "val/reward/ci_low", "val/reward/ci_high", "critic/score/normalized_mean"),
+        "normalised reward",
+    ),
+    (
+        "Audit judge",
+        ("audit/train_mean", "audit/audit_mean", "val-audit/train_mean", "val-audit/audit_mean"),
+        "normalised reward",
+    ),
+    ("Judge agreement", ("audit/flip_rate", "audit/kappa", "val-audit/flip_rate", "val-audit/kappa"), ""),
     ("Losses", ("actor/pg_loss", "critic/vf_loss", "actor/kl_loss"), "loss"),
     ("Policy", ("actor/entropy", "actor/ppo_kl", "actor/pg_clipfrac", "actor/kl"), ""),
     ("Gradient norms", ("actor/grad_norm", "critic/grad_norm"), ""),
@@ -102,6 +113,7 @@ def _overview(run: RunData) -> str:
     ):
         if isinstance(s.get(key), int | float):
             facts.append((label, _fmt(float(s[key]))))
+    facts += _eval_facts(s)
     table = _table(["", ""], [[escape(k), v] for k, v in facts], "facts")
     final = run.metrics[-1] if run.metrics else {}
     metric_rows = [[escape(str(k)), _fmt(v)] for k, v in sorted(final.items()) if k != "step"]
@@ -114,9 +126,35 @@ def _overview(run: RunData) -> str:
     return f'<section id="overview"><h2>Overview</h2>{table}{last}</section>'
 
 
+def _eval_facts(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """The overview's lines about ``summary.json``'s evaluations and audit (``agentrl.eval``)."""
+
+    def interval(i: Any) -> str:
+        return f"{i['mean']:.3f} [{i['low']:.3f}, {i['high']:.3f}]" if isinstance(i, dict) else "-"
+
+    facts = []
+    for key, label in (("eval_before", "eval before RL"), ("eval_after", "eval after the last step")):
+        if isinstance(s.get(key), dict):
+            e = s[key]
+            facts.append((f"{label} (95% CI over {e.get('tasks')} tasks)", interval(e.get("reward"))))
+    gain = s.get("eval_gain")
+    if isinstance(gain, dict) and isinstance(gain.get("difference"), dict):
+        facts.append(
+            (
+                "eval gain, after − before (paired)",
+                f"{interval(gain['difference'])}, p = {gain['p_value']:.3g}",
+            )
+        )
+    audit = s.get("audit")
+    if isinstance(audit, dict):
+        fired = audit.get("first_divergence_step")
+        facts.append(("audit divergence", f"yes, first at step {fired}" if audit.get("divergence") else "no"))
+    return facts
+
+
 def _signal_notice(run: RunData) -> str:
     """A warning when steps gave the policy nothing to learn from (flat curves say nothing by themselves)."""
-    steps = sorted({int(r["step"]) for r in run.metrics if isinstance(r.get("step"), int | float)})
+    steps = run.steps
     bad = no_signal_steps(run.metrics)
     if not bad:
         return ""
@@ -140,6 +178,8 @@ def _signal_notice(run: RunData) -> str:
 def _curves(run: RunData) -> str:
     charts = []
     for title, keys, y_label in CHART_GROUPS:
+        if keys[0] == "val/reward/mean" and not any(keys[0] in r for r in run.metrics):
+            continue  # the training reward alone is the Reward chart: no evaluation, no chart
         series = [
             (metric_label(k), *_series(run.metrics, k), k) for k in keys
         ]  # human name; the metric's in the tooltip

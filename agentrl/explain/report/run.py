@@ -105,8 +105,11 @@ class RunData:
 
     @property
     def steps(self) -> list[int]:
-        """Every step that has metrics or trajectories, in order."""
-        return sorted({int(r["step"]) for r in self.metrics if "step" in r} | set(self.trajectory_files))
+        """Every RL step that has metrics or trajectories, in order (not step 0: an evaluation before RL)."""
+        logged = {
+            int(r["step"]) for r in self.metrics if isinstance(r.get("step"), int | float) and r["step"] >= 1
+        }
+        return sorted(logged | set(self.trajectory_files))
 
 
 def load_run(run_dir: Path | str) -> RunData:
