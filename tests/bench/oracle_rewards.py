@@ -15,7 +15,7 @@ import asyncio
 from agentrl.env import ResearchEnv
 from agentrl.judge import normalized_reward
 from agentrl.policy import OraclePolicy
-from agentrl.rollout.runner import run_episode
+from agentrl.rollout.runner import run_policy_episode
 
 
 def _mean(xs: list[float]) -> str:
@@ -35,7 +35,7 @@ def main() -> None:
         for task in env.suite.tasks:
             official = task.ground_truth["official"]["url"].split("://", 1)[1]
             for s in range(args.samples):
-                traj = asyncio.run(run_episode(env, policy, task, s, 0))
+                traj = asyncio.run(run_policy_episode(env, policy, task, s, 0))
                 pages = [m.text for m in traj.messages if m.role == "tool" and m.text.startswith("Title:")]
                 key = "official" if any(official in p for p in pages) else "distractor"
                 by[key].append(normalized_reward(traj))
