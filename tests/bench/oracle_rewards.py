@@ -22,12 +22,12 @@ def _mean(xs: list[float]) -> str:
     return f"{sum(xs) / len(xs):.3f} (n={len(xs)})" if xs else "-"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print one line per noise level: the mean, and the means by source opened."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite", nargs="?", default="examples/quickstart-env")
     ap.add_argument("--samples", type=int, default=8)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     env = ResearchEnv({"suite": args.suite})
     for noise in (0.0, 0.5, 1.0):
         policy = OraclePolicy(noise)
