@@ -210,6 +210,7 @@ def test_reliability(capsys: pytest.CaptureFixture[str]) -> None:
     roll = result["rollout"]
     assert roll["kills"] == 1 and roll["equal_to_uninterrupted"] is True, roll
     assert roll["skipped_on_resume"] + roll["run_on_resume"] == roll["episodes"] == 110
+    assert roll["skipped_on_resume"] > 0  # the run was killed after 20 records: the resume keeps them
     assert len(lines(out, "judge ")) == 4 and len(lines(out, "rollout ")) == 1
 
 
