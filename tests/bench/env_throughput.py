@@ -135,14 +135,14 @@ def bench_rollout(latency: float, concurrency: int, limit: int) -> dict[str, flo
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=550)
     p.add_argument("--queries", type=int, default=2000)
     p.add_argument("--latency", type=float, default=0.05, help="fake server latency per turn (s)")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--rollout-tasks", type=int, default=256)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     t0 = time.perf_counter()
     from agentrl.env.suite import load_suite
 

@@ -43,12 +43,12 @@ def best_of(fn, repeats: int) -> float:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--length", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(f"B={args.batch} T={args.length} float32, 1 thread, γ=1, λ=0.95; goal ≥ 20x and |diff| ≤ 1e-5")
     print(f"{'mask':<32} {'loop ms':>9} {'vector ms':>10} {'speed-up':>9} {'max |diff|':>11}")

@@ -2,7 +2,7 @@
 (``rollout.kv_cache``), through the trainer's HF engine.
 
     OMP_NUM_THREADS=2 python -m tests.bench.kv_cache [--model quickstart|smollm2] [--layers 30] \\
-        [--steps 2] [--episodes 32]
+        [--vocab 49152] [--steps 2] [--episodes 32]
 
 The quickstart's setting: its sandbox (``examples/quickstart-env``), a tokenizer trained on oracle
 trajectories (2,048 ids), 8 tasks x 4 samples, 80 new tokens a turn, ``max_len`` 1536, and the
@@ -81,7 +81,7 @@ class CutLogits(torch.nn.Module):
         return out
 
 
-def _model(kind: str, layers: int, vocab: int) -> torch.nn.Module:
+def _model(kind: str, layers: int, vocab: int, model_vocab: int = 49152) -> torch.nn.Module:
     torch.manual_seed(0)
     if kind == "quickstart":
         from agentrl.learn.models import build_tiny_model
@@ -90,7 +90,7 @@ def _model(kind: str, layers: int, vocab: int) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     cfg = LlamaConfig(
-        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=layers,
+        vocab_size=model_vocab, hidden_size=576, intermediate_size=1536, num_hidden_layers=layers,
         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, tie_word_embeddings=True,
     )  # fmt: skip
     return CutLogits(AutoModelForCausalLM.from_config(cfg), vocab).eval()
@@ -110,13 +110,16 @@ def _timed(fn: Any) -> Any:
     return run
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=["quickstart", "smollm2"], default="quickstart")
     ap.add_argument("--layers", type=int, default=30, help="smollm2: hidden layers (SmolLM2-135M has 30)")
+    ap.add_argument(
+        "--vocab", type=int, default=49152, help="smollm2: the model's vocabulary (SmolLM2's 49,152)"
+    )
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--episodes", type=int, default=32, help="episodes per step (8 tasks x 4 samples)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     generate._prefill = _timed(generate._prefill)
 
     env_config = {"suite": SUITE, "budgets": {"max_turns": 4}}
@@ -124,7 +127,7 @@ def main() -> None:
     n_steps, n = args.steps, args.episodes
     oracle = collect_oracle_trajectories(env_config, tasks, 0.5, 0, episodes=n * n_steps)
     tok = train_chat_tokenizer([m.text for t in oracle for m in t.messages] * 2, 2048)
-    model = _model(args.model, args.layers, len(tok))
+    model = _model(args.model, args.layers, len(tok), args.vocab)
     exp = Expander(tok, max_len=1536)
     stops = set(exp.stop_ids) | set(range(0, len(tok), 40))
     rows: dict[str, dict[str, dict[int, int]]] = {}
@@ -168,7 +171,7 @@ def main() -> None:
     name = (
         "quickstart tiny (2 layers)"
         if args.model == "quickstart"
-        else f"SmolLM2-shaped ({args.layers} layers)"
+        else f"SmolLM2-shaped ({args.layers} layers{'' if args.vocab == 49152 else f', vocabulary {args.vocab}'})"
     )
     print(f"{name}, {n} episodes x {n_steps} steps; sampled ids equal with and without the cache: {same}")
     print("| turn | episodes | prompt tokens | prefilled, no cache | prefilled, cache | ratio |")

@@ -15,19 +15,19 @@ import asyncio
 from agentrl.env import ResearchEnv
 from agentrl.judge import normalized_reward
 from agentrl.policy import OraclePolicy
-from agentrl.rollout.runner import run_episode
+from agentrl.rollout.runner import run_policy_episode
 
 
 def _mean(xs: list[float]) -> str:
     return f"{sum(xs) / len(xs):.3f} (n={len(xs)})" if xs else "-"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print one line per noise level: the mean, and the means by source opened."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("suite", nargs="?", default="examples/quickstart-env")
     ap.add_argument("--samples", type=int, default=8)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     env = ResearchEnv({"suite": args.suite})
     for noise in (0.0, 0.5, 1.0):
         policy = OraclePolicy(noise)
@@ -35,7 +35,7 @@ def main() -> None:
         for task in env.suite.tasks:
             official = task.ground_truth["official"]["url"].split("://", 1)[1]
             for s in range(args.samples):
-                traj = asyncio.run(run_episode(env, policy, task, s, 0))
+                traj = asyncio.run(run_policy_episode(env, policy, task, s, 0))
                 pages = [m.text for m in traj.messages if m.role == "tool" and m.text.startswith("Title:")]
                 key = "official" if any(official in p for p in pages) else "distractor"
                 by[key].append(normalized_reward(traj))

@@ -56,7 +56,7 @@ def _case(vocab: int, policy_only: bool, rows: int, length: int, frac: float, re
     return {"seconds": min(times[1:]), "peak_rss_mb": rss_mb, "policy_frac": float(mask.float().mean())}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--length", type=int, default=740)
@@ -64,7 +64,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--vocab", type=int, nargs="*", default=list(VOCABS))
     ap.add_argument("--case", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.case:
         vocab, mode = a.case.split(":")
         print(json.dumps(_case(int(vocab), mode == "policy", a.rows, a.length, a.policy_frac, a.repeats)))

@@ -60,13 +60,13 @@ def _run(kind: str, base: str, episodes: int, concurrency: int) -> dict[str, flo
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=384, help="episodes per configuration (≤ 550)")
     p.add_argument("--latency", type=float, default=0.05, help="server latency per turn, seconds")
     p.add_argument("--concurrency", type=int, default=32, help="episodes in flight, in all")
     p.add_argument("--repeats", type=int, default=2)
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     import multiprocessing as mp
 
@@ -74,7 +74,7 @@ def main() -> None:
     from agentrl.rollout.ray_cluster import ensure_ray
 
     load_suite("sandbox")  # built (or loaded) once, before any timing
-    ensure_ray(num_cpus=2)
+    started = ensure_ray(num_cpus=2)  # False: a Ray this process already had, left running
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_serve, args=(args.latency, q), daemon=True)
@@ -102,9 +102,10 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.join()
-        import ray
+        if started:
+            import ray
 
-        ray.shutdown()
+            ray.shutdown()
 
 
 if __name__ == "__main__":

@@ -70,13 +70,13 @@ def _run(config: str, sets: dict, variant: tuple[int, str, int | None], out: Pat
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default="examples/quickstart.yaml")
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
     ap.add_argument("--variants", default="0,1,1p:1,0:1", help="STALENESS[p][:THREADS], comma-separated")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sets = {"steps": args.steps} | {k: _value(v) for k, _, v in (s.partition("=") for s in args.set)}
     with tempfile.TemporaryDirectory() as tmp:
         warm = Trainer(load_train_config(args.config, sets | {"output_dir": f"{tmp}/warm"}), progress=False)

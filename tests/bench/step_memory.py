@@ -86,7 +86,7 @@ def _case(vocab: int, mode: str, a: argparse.Namespace) -> dict:
     return {"seconds": seconds, "peak_rss_mb": rss_mb, "model_mb": model_mb, "pg_loss": m["actor/pg_loss"]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--vocab", type=int, nargs="*", default=[49152, 151936])
@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--trainable-layers", type=int, default=0, help="train only the last N layers (0: all)")
     ap.add_argument("--case", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.case:
         vocab, mode = a.case.split(":")
         print(json.dumps(_case(int(vocab), mode, a)))

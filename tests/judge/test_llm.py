@@ -310,15 +310,6 @@ def test_cancelling_a_batch_leaves_the_judge_usable(judge_server):
     judge.close()
 
 
-def test_throughput_benchmark_runs(capsys):
-    from tests.bench import judge_throughput
-
-    args = ["--n", "8", "--k", "2", "--latency", "0.05", "--concurrency", "4", "--short-latencies"]
-    assert judge_throughput.main(args) == 0
-    out = capsys.readouterr().out
-    assert "batched" in out and "per-criterion" in out and "bare aiohttp" in out and "judge errors" not in out
-
-
 def test_api_key_goes_to_the_custom_server_but_never_openai_api_key(judge_server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-real-openai-secret")
     cfg = config(judge_server, "good")

@@ -11,8 +11,11 @@ import importlib.metadata
 import importlib.util
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,10 +57,19 @@ def gguf_file() -> Path:
 
 
 @pytest.fixture(scope="module")
-def smollm2_dir(gguf_file, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("smollm2") / "model"
-    r = _agentrl("model", "import-gguf", str(gguf_file), "--out", str(out))
-    assert r.returncode == 0, r.stderr[-2000:]
+def smollm2_dir(gguf_file) -> Path:
+    """The imported model, converted once per test session (the bench smoke test reuses it) into the
+    session's cache (``AGENTRL_TEST_CACHE``): a read-only input of the tests that take it."""
+    out = Path(os.environ.get("AGENTRL_TEST_CACHE") or tempfile.gettempdir()) / "smollm2-135m-imported"
+    if not (out / "config.json").exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=out.name, dir=out.parent)) / "model"
+        r = _agentrl("model", "import-gguf", str(gguf_file), "--out", str(tmp))
+        assert r.returncode == 0, r.stderr[-2000:]
+        try:
+            tmp.rename(out)
+        except OSError:  # another process imported it first
+            shutil.rmtree(tmp.parent, ignore_errors=True)
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {
         p.name for p in out.iterdir()
     }

