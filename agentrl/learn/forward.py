@@ -145,7 +145,7 @@ def forward_logprobs(
     ent = None
     if with_entropy:
         e = entropy_from_logits(logits[:, :-1].float())
-        ent = torch.cat([torch.zeros_like(e[:, :1]), e], dim=1)
+        ent = torch.cat([torch.zeros(e.shape[0], 1, dtype=e.dtype, device=e.device), e], dim=1)
     if p is not None:
         lp, ent = p.unpack(lp), (None if ent is None else p.unpack(ent))
     return lp, ent
