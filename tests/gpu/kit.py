@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cuda = torch.cuda.is_available()
     device = ("cuda" if cuda and not a.dry_run else "cpu") if a.device == "auto" else a.device
+    device = "cuda:0" if device == "cuda" else device  # an index: torch.cuda.set_device needs one
     dry_run = a.dry_run or not device.startswith("cuda")
     names = tuple(s.strip() for s in a.sections.split(",") if s.strip())
     unknown = [s for s in names if s not in ORDER]

@@ -31,7 +31,7 @@ def join_group(device: torch.device, rank: int = 0, world: int = 1, port: int | 
     sharing one GPU, which NCCL refuses). Returns the backend."""
     backend = "nccl" if device.type == "cuda" and world == 1 else "gloo"
     if device.type == "cuda":
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(device.index or 0)
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port or free_port()}", rank=rank, world_size=world
     )
