@@ -68,7 +68,7 @@ def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
     shape = ctx.shape("0.5B")
     backend = join_group(dev)
     try:
-        rec.figures({"backend": backend, "shape": shape, "rows": rows, "tokens": rows * (prompt + new)})
+        rec.figures({"backend": backend, "shape": shape, "rows": rows, "batch_tokens": rows * (prompt + new)})
         plain = random_lm(shape, dev)
         sharded = shard_model(random_lm(shape, dev), mixed_precision=dev.type == "cuda")
         batch, _ = rollout(plain, rows=rows, prompt=prompt, new=new)

@@ -50,13 +50,14 @@ def _texts() -> list[str]:
 
 
 def _start_vllm(model_dir: Path, port: int, log: Path, deadline: float) -> subprocess.Popen:
-    """``vllm serve MODEL_DIR`` as agentrl's vLLM engine needs it (docs/vllm.md); returns once
-    ``/health`` answers."""
+    """vLLM's OpenAI-compatible server on ``model_dir`` as agentrl's engine needs it (``vllm serve``'s
+    flags of docs/vllm.md); returns once ``/health`` answers."""
     import httpx
 
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir), "--port", str(port),
-           "--served-model-name", "policy", "--logprobs-mode", "processed_logprobs", "--dtype", "bfloat16",
-           "--gpu-memory-utilization", "0.3", "--max-model-len", "2048", "--enforce-eager"]  # fmt: skip
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--port", str(port), "--served-model-name", "policy", "--logprobs-mode", "processed_logprobs",
+           "--dtype", "bfloat16", "--gpu-memory-utilization", "0.3", "--max-model-len", "2048",
+           "--enforce-eager"]  # fmt: skip
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
     proc = subprocess.Popen(
         cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
