@@ -5,9 +5,10 @@ LM head in chunks). In float32 on a CPU they agree to rounding; in bf16 on a GPU
 that gap is what ``algorithm.rollout_correction`` exists for. Its diagnostics (``rollout_corr/*``,
 docs/training.md) are computed here on that real gap, with token IS at 2.0 and k3 rejection.
 
-A randomly initialised model predicts almost uniformly over 151,936 tokens (entropy ≈ 11.9 nats), a
-distribution bf16 barely disturbs; the final norm's weight is scaled so the logits spread like a
-trained model's (``sharpen``; the mean entropy is reported beside the gap).
+A randomly initialised model is either nearly uniform over 151,936 tokens or, with tied embeddings,
+nearly sure of repeating its input token; bf16 barely disturbs either. The final norm's weight is
+scaled until the next-token entropy is about 2 nats, as in a trained model (``sharpen``; the mean
+entropy is reported beside the gap).
 """
 
 from __future__ import annotations
@@ -27,15 +28,28 @@ CORRECTION = {"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": 
               "rollout_rs_threshold": "0.01,0.1"}  # fmt: skip
 
 
-def sharpen(model: torch.nn.Module, entropy: float = ENTROPY_NATS) -> None:
-    """Scale the final norm so the next-token entropy is about ``entropy`` nats: softmax over V
-    Gaussian logits of std σ has entropy ≈ log V − σ²/2, and with unit-RMS hidden states and tied
-    embeddings of std ``initializer_range`` the logits' σ ≈ weight · range · √hidden."""
-    cfg = model.config
-    sigma = math.sqrt(2 * max(math.log(cfg.vocab_size) - entropy, 0.5))
-    scale = sigma / (cfg.initializer_range * math.sqrt(cfg.hidden_size))
+def sharpen(model: torch.nn.Module, entropy: float = ENTROPY_NATS, steps: int = 14) -> float:
+    """Scale the final norm's weight until the mean next-token entropy on random ids is about
+    ``entropy`` nats (a bisection on the log of the scale; entropy falls as the scale grows); returns
+    the entropy reached. A random model with tied embeddings mostly predicts its input token again,
+    so the scale is found by measuring, not from the init's statistics."""
+    from agentrl.learn.forward import forward_logprobs
+
+    norm = model.get_decoder().norm.weight
+    base = norm.detach().clone()
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, model.config.vocab_size, (4, 64), generator=g).to(norm.device)
+    probe = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.ones_like(ids),
+             "position_ids": torch.arange(64, device=ids.device).expand(4, -1)}  # fmt: skip
+    lo, hi, got = math.log(1e-3), math.log(1e3), float("nan")
     with torch.no_grad():
-        model.get_decoder().norm.weight.fill_(scale)
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            norm.copy_(base * math.exp(mid))
+            _, ent = forward_logprobs(model, probe, with_entropy=True, policy_only=True)
+            got = ent[:, 1:].mean().item()
+            lo, hi = (mid, hi) if got > entropy else (lo, mid)
+    return got
 
 
 def compare(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, float]:

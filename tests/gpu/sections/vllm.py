@@ -139,6 +139,10 @@ def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
             kl[when] = abs(row["kl"])
         rec.check("sync_reached_server", kl["after_sync"] < 0.1 * kl["before_sync"],
                   "|KL| after the sync < a tenth of |KL| before it (placeholder weights)")  # fmt: skip
+        if not real:  # the fake samples in float32 as the trainer computes: they must agree
+            rec.check(
+                "fake_equals_trainer", row["max_abs_diff"] < 1e-3, "max |Δ log p| < 1e-3 after the sync"
+            )
     finally:
         sync.close()
         if server is not None:
