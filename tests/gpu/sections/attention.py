@@ -1,5 +1,6 @@
 """SDPA attention (transformers' default, what every agentrl forward pass runs) against eager attention
-on the same right-padded batch: the trainer's log-probabilities must agree, and the figures say what
+on the same batch, right-padded and packed (several rows to a line under a block-causal mask, as the
+update's micro-batches run): the trainer's log-probabilities must agree, and the figures say what
 SDPA saves in time and memory.
 """
 
@@ -10,18 +11,20 @@ import torch
 from tests.gpu.report import Recorder
 from tests.gpu.shapes import gib, measure, random_lm
 
-TITLE = "SDPA vs eager attention on a padded batch: equal log-probs, time, memory"
+TITLE = "SDPA vs eager attention, padded and packed rows: equal log-probs, time, memory"
 BUDGET_S = 30.0
 
 
 def padded_batch(rows: int, length: int, vocab: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """``rows`` right-padded rows of random ids, row i holding ``length − i·length/(2·rows)`` tokens;
-    every real token after the first is scored (``loss_mask``)."""
+    """``rows`` right-padded rows of random ids: the first ``length`` tokens long, the others about
+    half of it and shorter each (so packing puts two to a line); every real token after the first
+    is scored (``loss_mask``)."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (rows, length), generator=g)
     attn = torch.zeros(rows, length, dtype=torch.long)
-    for i in range(rows):
-        attn[i, : length - i * length // (2 * rows)] = 1
+    attn[0] = 1
+    for i in range(1, rows):
+        attn[i, : length // 2 - (i - 1) * length // (4 * rows)] = 1
     batch = {
         "input_ids": ids * attn,
         "attention_mask": attn,
@@ -40,23 +43,34 @@ def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
     batch = padded_batch(rows, length, model.config.vocab_size, dev)
     real = batch["loss_mask"].bool()
     real[:, 0] = False
-    rec.figures({"shape": ctx.shape("0.5B"), "rows": rows, "tokens": int(batch["attention_mask"].sum())})
+    from agentrl.learn.forward import _Packing
+
+    lines = _Packing(batch, model).inputs["input_ids"].shape[0]
+    rec.figures({"shape": ctx.shape("0.5B"), "rows": rows, "packed_lines": lines,
+                 "tokens": int(batch["attention_mask"].sum())})  # fmt: skip
+    rec.check("packs", lines < rows, f"{rows} rows in {lines} lines")
     out = {}
     for impl in ("sdpa", "eager"):
         model.set_attn_implementation(impl)
-        times = []
-        with torch.no_grad():
-            for _ in range(3):  # the first warms up
-                with measure(dev) as c:
-                    lp, _ = forward_logprobs(model, batch, policy_only=True)
-                times.append(c.seconds)
-        out[impl] = lp
-        rec.row("attention", {"impl": impl, "forward_s": min(times[1:]), "peak_gib": gib(c.peak_bytes),
-                              "finite": bool(torch.isfinite(lp[real]).all())})  # fmt: skip
-    diff = (out["sdpa"] - out["eager"])[real].abs()
-    rec.figures({"logprob_max_abs_diff": diff.max().item(), "logprob_mean_abs_diff": diff.mean().item()})
+        # padded: right-padded rows (the old-log-prob pass); packed: the rows packed into fewer
+        # lines with a block-causal mask (the update's micro-batches, pack_sequences: true)
+        for layout in ("padded", "packed"):
+            times = []
+            with torch.no_grad():
+                for _ in range(3):  # the first warms up
+                    with measure(dev) as c:
+                        lp, _ = forward_logprobs(model, batch, policy_only=True, pack=layout == "packed")
+                    times.append(c.seconds)
+            out[impl, layout] = lp
+            rec.row("attention", {"impl": impl, "layout": layout, "forward_s": min(times[1:]),
+                                  "peak_gib": gib(c.peak_bytes), "finite": bool(torch.isfinite(lp[real]).all())})  # fmt: skip
     bound = 0.5 if dev.type == "cuda" else 1e-3  # bf16 autocast on a GPU; float32 on a CPU
+    for name, a, b in (("sdpa_vs_eager", ("sdpa", "padded"), ("eager", "padded")),
+                       ("sdpa_vs_eager_packed", ("sdpa", "packed"), ("eager", "packed")),
+                       ("packed_vs_padded", ("sdpa", "packed"), ("sdpa", "padded"))):  # fmt: skip
+        diff = (out[a] - out[b])[real].abs()
+        rec.figures({f"{name}_max_abs_diff": diff.max().item(), f"{name}_mean_abs_diff": diff.mean().item()})
+        rec.check(name, diff.max().item() < bound, f"max |Δ log p| < {bound}")
     rec.check(
         "finite", all(bool(torch.isfinite(v[real]).all()) for v in out.values()), "log-probs of real tokens"
     )
-    rec.check("sdpa_equals_eager", diff.max().item() < bound, f"max |Δ log p| < {bound}")

@@ -92,6 +92,7 @@ def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
     before = full_weights(one)
     ref_metrics = _update(one, _batch(dev))
     ref = step_delta(before, full_weights(one))
+    rec.check("moved", ref.norm().item() > 0, "the one-process step changed the weights")
     bound = 0.05 if dev.type == "cuda" else 1e-4  # bf16 autocast over other padding widths on a GPU
     for mode in ("ddp", "fsdp"):
         out = ctx.scratch / f"{mode}.pt"
