@@ -104,7 +104,8 @@ def _isolated(name: str, ctx: Ctx, budget: float, res: SectionResult, log: Path)
     result = ctx.scratch / f"{name}.result.json"
     cmd = [sys.executable, "-m", "tests.gpu.kit", "--section", name, "--result", str(result)]
     cmd += ["--device", ctx.device_name, "--out", str(ctx.out), "--scratch", str(ctx.scratch)]
-    cmd += ["--budget-s", f"{budget:.1f}"] + (["--dry-run"] if ctx.dry_run else [])
+    # time.monotonic() is the system's monotonic clock: the child keeps the parent's deadline
+    cmd += ["--deadline", repr(ctx.deadline)] + (["--dry-run"] if ctx.dry_run else [])
     Recorder(res, result).flush()
     t0 = time.monotonic()
     with log.open("a") as fh:
@@ -152,34 +153,33 @@ def run_kit(
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="agentrl-gpu-kit-"))
     try:
-        _run_sections(report, out, scratch, start, dry_run, device, sections, budgets, total_budget, isolate)
+        for name in sections:
+            mod = _module(name)
+            res = SectionResult(name=name, title=mod.TITLE, reason="running when the kit stopped")
+            left = total_budget - (time.monotonic() - start) - RESERVE_S
+            wanted = (budgets or {}).get(name, mod.BUDGET_S)
+            budget = left if wanted is None else min(wanted, left)
+            res.budget_s = budget if budget != float("inf") else None
+            report.sections.append(res)  # shown as pending should the whole kit be killed now
+            report.write(out)
+            if budget < MIN_BUDGET_S:
+                res.status, res.reason = "skipped", f"no time left in the kit's budget ({max(left, 0):.0f} s)"
+            else:
+                res.reason = None
+                ctx = Ctx(device, dry_run, scratch / name, out, time.monotonic() + budget)
+                ctx.scratch.mkdir(parents=True, exist_ok=True)
+                print(f"[kit] {name}: budget {budget:.0f} s", flush=True)
+                if isolate:
+                    res = _isolated(name, ctx, budget, res, out / "kit.log")
+                else:
+                    res = run_section(name, ctx, Recorder(res))
+            print(f"[kit] {name}: {res.status}" + (f" ({res.reason})" if res.reason else ""), flush=True)
+            report.sections[-1] = res
+            report.seconds = time.monotonic() - start
+            report.write(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return report
-
-
-def _run_sections(report, out, scratch, start, dry_run, device, sections, budgets, total_budget, isolate):  # type: ignore[no-untyped-def]
-    for name in sections:
-        mod = _module(name)
-        res = SectionResult(name=name, title=mod.TITLE)
-        left = total_budget - (time.monotonic() - start) - RESERVE_S
-        wanted = (budgets or {}).get(name, mod.BUDGET_S)
-        budget = left if wanted is None else min(wanted, left)
-        res.budget_s = budget if budget != float("inf") else None
-        if budget < MIN_BUDGET_S:
-            res.status, res.reason = "skipped", f"no time left in the kit's budget ({max(left, 0):.0f} s)"
-        else:
-            ctx = Ctx(device, dry_run, scratch / name, out, time.monotonic() + budget)
-            ctx.scratch.mkdir(parents=True, exist_ok=True)
-            print(f"[kit] {name}: budget {budget:.0f} s", flush=True)
-            if isolate:
-                res = _isolated(name, ctx, budget, res, out / "kit.log")
-            else:
-                res = run_section(name, ctx, Recorder(res))
-        print(f"[kit] {name}: {res.status}" + (f" ({res.reason})" if res.reason else ""), flush=True)
-        report.sections.append(res)
-        report.seconds = time.monotonic() - start
-        report.write(out)
 
 
 def _device_label(device: str) -> str:
@@ -216,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--section", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--scratch", help=argparse.SUPPRESS)
-    ap.add_argument("--budget-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=float("inf"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.section:  # the child of an isolated run: the runner gave it its device
-        ctx = Ctx(a.device, a.dry_run, Path(a.scratch) / a.section, out, time.monotonic() + a.budget_s)
+        ctx = Ctx(a.device, a.dry_run, Path(a.scratch) / a.section, out, a.deadline)
         ctx.scratch.mkdir(parents=True, exist_ok=True)
         res = load_result(Path(a.result)) or SectionResult(name=a.section)
         res = run_section(a.section, ctx, Recorder(res, Path(a.result)))
