@@ -32,6 +32,16 @@ def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
     return {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
 
 
+def _attn_implementation(model: nn.Module) -> str:
+    """The transformers attention implementation of ``model``, or of its first submodule that has a
+    config (a critic's backbone); "" when none says."""
+    for m in model.modules():
+        impl = getattr(getattr(m, "config", None), "_attn_implementation", None)
+        if impl:
+            return str(impl)
+    return ""
+
+
 class _Packing:
     """Right-padded rows [n, w] packed into R ≤ n lines [R, C] (first-fit by decreasing length, C the
     longest row), with position ids restarting per row and a block-causal attention mask, so that
@@ -63,12 +73,13 @@ class _Packing:
             seq[self.line[i], a:b] = i
         self.lengths = torch.tensor(lengths, device=dev)
         # FlashAttention-2 finds the packed rows from the position ids; other kernels need the mask.
-        flash = getattr(getattr(model, "config", None), "_attn_implementation", "") == "flash_attention_2"
-        self.inputs = {
-            "input_ids": ids,
-            "position_ids": pos,
-            "attention_mask": None if flash else block_causal_mask(seq),
-        }
+        impl = _attn_implementation(model)
+        mask = None if impl == "flash_attention_2" else block_causal_mask(seq)
+        if mask is not None and impl == "eager":
+            # transformers passes a 4D mask through as it is, and eager attention adds it to the
+            # scores: a bool mask would add 1 where it should block. Eager needs it additive.
+            mask = torch.zeros(mask.shape, device=dev).masked_fill_(~mask, torch.finfo(torch.float32).min)
+        self.inputs = {"input_ids": ids, "position_ids": pos, "attention_mask": mask}
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """[R, C] per-token outputs → [n, w]; 0 beyond each row's length and at its token 0 (a shifted
@@ -145,7 +156,7 @@ def forward_logprobs(
     ent = None
     if with_entropy:
         e = entropy_from_logits(logits[:, :-1].float())
-        ent = torch.cat([torch.zeros_like(e[:, :1]), e], dim=1)
+        ent = torch.cat([torch.zeros(e.shape[0], 1, dtype=e.dtype, device=e.device), e], dim=1)
     if p is not None:
         lp, ent = p.unpack(lp), (None if ent is None else p.unpack(ent))
     return lp, ent

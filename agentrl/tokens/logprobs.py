@@ -23,4 +23,6 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tenso
     from agentrl.algos import logprobs_from_logits
 
     picked = logprobs_from_logits(logits[:, :-1], input_ids[:, 1:]).float()
-    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+    # Token 0's zero is built whole: ``zeros_like(picked[:, :1])`` has no column for a 1-token row.
+    first = torch.zeros(picked.shape[0], 1, dtype=picked.dtype, device=picked.device)
+    return torch.cat([first, picked], dim=1)

@@ -155,14 +155,17 @@ def _optimise(
             step_metrics: dict[str, float] = {}
             rows = torch.arange(len(mini["input_ids"]))
             mbs = list(micro_batches(mini, rows, cfg.micro_batch_tokens, packed=cfg.pack_sequences))
+            # FSDP: every rank runs as many forward/backward passes as the busiest one. The count is
+            # agreed before the first pass: asked after them, it would meet the busier rank's
+            # all-gathers instead of its all-reduce (a hang under gloo).
+            dummies = all_reduce_max(len(mbs)) - len(mbs) if sharded else 0
             for mb in mbs:
                 loss, summed, averaged = loss_fn(mb, denom)
                 loss.backward()
                 _accumulate(step_metrics, summed, 1.0)
                 _accumulate(step_metrics, averaged, float(mb["loss_mask"].sum()) / tokens)
-            if sharded:  # FSDP: every rank runs as many forward/backward passes as the busiest one
-                for _ in range(all_reduce_max(len(mbs)) - len(mbs)):
-                    loss_fn(dummy_micro_batch(batch), 1.0)[0].backward()
+            for _ in range(dummies):
+                loss_fn(dummy_micro_batch(batch), 1.0)[0].backward()
             step_metrics = _sum_over_ranks(step_metrics)
             step_metrics[grad_norm_key] = _step(params, optimizer, grad_clip)
             _accumulate(sums, step_metrics, 1.0)

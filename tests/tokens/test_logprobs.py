@@ -69,3 +69,17 @@ def test_old_logprobs_align_with_logits_shifted_by_one() -> None:
     # the classic bug: taking log p(token t) from logits[t] instead of logits[t-1]
     wrong = torch.log_softmax(logits.float(), -1).gather(-1, batch["input_ids"][..., None]).squeeze(-1)
     assert (wrong[mask] - batch["old_logprobs"][mask]).abs().max() > 0.1
+
+
+def test_a_one_token_row_keeps_its_column() -> None:
+    """Rows of one token (FSDP's padding micro-batches) get one log-prob, 0, not an empty row."""
+    from agentrl.learn.forward import forward_logprobs
+
+    out = token_logprobs(torch.randn(2, 1, 7), torch.zeros(2, 1, dtype=torch.long))
+    assert out.shape == (2, 1) and not out.any()
+    model = tiny_model(7)
+    one = {k: torch.ones(2, 1, dtype=torch.long) for k in ("input_ids", "attention_mask", "loss_mask")}
+    one["position_ids"] = torch.zeros(2, 1, dtype=torch.long)
+    for pack in (False, True):
+        lp, ent = forward_logprobs(model, one, with_entropy=True, pack=pack)
+        assert lp.shape == ent.shape == (2, 1), pack
