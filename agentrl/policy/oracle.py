@@ -68,6 +68,7 @@ class OraclePolicy:
             return self._call("open_url", {"url": src["url"]}, turn)
         template = gt["report"] if src.get("kind") == "official" else gt.get("rumor_report", gt["report"])
         report = template.replace("<FIGURE>", src["figure"]).replace("<CITE>", src["id"])
+        report = report.replace("<URL>", src.get("url", src["id"]))
         return self._call("answer", {"report": report}, turn)
 
     async def aclose(self) -> None:

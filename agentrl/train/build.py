@@ -61,7 +61,12 @@ def tokenizer_source(cfg: TrainConfig, saved: Path, resume: bool) -> str:
         return f"the run's own, {saved}"
     if m.tokenizer or not m.path.startswith("tiny:"):
         return m.tokenizer or m.path
-    return f"trained in-process, vocabulary {m.tokenizer_vocab_size}"
+    longest = (
+        f", tokens of at most {m.tokenizer_max_token_length} characters"
+        if m.tokenizer_max_token_length
+        else ""
+    )
+    return f"trained in-process, vocabulary {m.tokenizer_vocab_size}{longest}"
 
 
 def _pretrained(loader: Any, field: str, name: str | Path, **kwargs: Any) -> Any:
@@ -89,7 +94,7 @@ def load_tokenizer(cfg: TrainConfig, saved: Path, resume: bool, texts: Callable[
     else:
         from agentrl.train.tokenizer import train_chat_tokenizer
 
-        tok = train_chat_tokenizer(list(texts()), m.tokenizer_vocab_size)
+        tok = train_chat_tokenizer(list(texts()), m.tokenizer_vocab_size, m.tokenizer_max_token_length)
     tok.save_pretrained(saved)
     return tok
 

@@ -52,6 +52,12 @@ class ModelConfig(_Strict):
         None, description="tokenizer path or id; default: the model's, or for 'tiny:' one trained in-process"
     )
     tokenizer_vocab_size: int = Field(2048, ge=300, description="vocabulary size of an in-process tokenizer")
+    tokenizer_max_token_length: int | None = Field(
+        None,
+        ge=1,
+        description="an in-process tokenizer's longest token, in characters (null: no limit); short tokens "
+        "split names into pieces shared with other names, so a model can copy a name it never saw",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="parameter dtype: auto = float32 weights, with bf16 autocast on a GPU"
     )

@@ -33,9 +33,16 @@ CHATML_TEMPLATE = (
 )
 
 
-def train_chat_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> Any:
+def train_chat_tokenizer(
+    texts: Iterable[str], vocab_size: int = 2048, max_token_length: int | None = None
+) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a ``PreTrainedTokenizerFast`` with the
-    ChatML template; EOS (the stop token) is ``<|im_end|>``, padding ``<|endoftext|>``."""
+    ChatML template; EOS (the stop token) is ``<|im_end|>``, padding ``<|endoftext|>``.
+
+    ``max_token_length``: no token longer than this many characters. A tokenizer trained on a few
+    companies' pages otherwise learns each of their names as one token, which a model can only
+    recall; with short tokens, every name (an unseen one too) is a few pieces shared with others,
+    which a model can copy."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -47,6 +54,7 @@ def train_chat_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> Any:
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
+        **({"max_token_length": max_token_length} if max_token_length else {}),
     )
     tok.train_from_iterator(texts, trainer=trainer)
     hf = PreTrainedTokenizerFast(tokenizer_object=tok)

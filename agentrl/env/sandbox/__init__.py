@@ -24,7 +24,7 @@ from agentrl.cachedir import cache_root
 __all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "build", "materialize"]
 
 #: Bump when the generator's output changes, so cached builds are not reused.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 
 _ENV_YAML = """\
 # Generated sandbox suite (agentrl sandbox build). Defaults for the env; a run's config overrides them.

@@ -11,6 +11,12 @@ result, and no spray of other figures near it); ``citation`` is a ``cited_source
 ``\cite{}`` names a page the agent opened that prints the cited figure) and requires accuracy;
 ``temporal`` requires accuracy, and on the traps also the citation ("not yet published" counts
 only together with the latest reported figure and its source).
+
+The ground truth's ``query`` and ``report`` are what the scripted oracle writes, and so what a
+warm start imitates; they are written to be *copied*, which is what transfers to companies a model
+never saw: the query is the question's own words (company, metric, period) plus "results", and a
+report repeats the official release's sentence that prints the figure and cites the URL of the
+page it opened (``<URL>``; ``<CITE>`` is the page's cite key, for suites written that way).
 """
 
 from __future__ import annotations
@@ -173,14 +179,18 @@ def _quarterly(c: Company, qt: Quarter, metric: str, rng: random.Random, pages: 
         [d["figure"] for d in dis],
         _sources(pages, [*source_ids(c, qt).values()]),
     )
-    report = f"{poss(c.name)} {mlabel} in {qt.label} was <FIGURE>, according to its official results release \\cite{{<CITE>}}."
+    report = {
+        "revenue": f"Total revenue for {qt.label} was <FIGURE> \\cite{{<URL>}}.",
+        "segment": f"{c.segment} revenue was <FIGURE> in {qt.label} \\cite{{<URL>}}.",
+        "net income": f"Net income for {qt.label} was <FIGURE> \\cite{{<URL>}}.",
+    }[metric]
     return _task(
         tid,
         "quarterly",
         prompt,
         day,
         rubric,
-        f"{c.name} {qt.label} {mlabel} results",
+        f"{poss(c.name)} {mlabel} in {qt.label} results",
         _official(c, qt, fig),
         dis,
         report,
@@ -212,14 +222,14 @@ def _annual(c: Company, year: int, rng: random.Random, pages: dict) -> dict[str,
         [d["figure"] for d in dis],
         _sources(pages, [*source_ids(c, q4).values(), pid, gid, f"{c.slug}-annual-{year}"]),
     )
-    report = f"{poss(c.name)} full-year {year} revenue was <FIGURE>, as stated in its Q4 {year} results release \\cite{{<CITE>}}."
+    report = f"Full-year {year} revenue was <FIGURE> \\cite{{<URL>}}."
     return _task(
         tid,
         "annual",
         prompt,
         day,
         rubric,
-        f"{c.name} full-year {year} revenue",
+        f"{poss(c.name)} full-year {year} revenue results",
         _official(c, q4, fig),
         dis,
         report,
@@ -253,17 +263,17 @@ def _summary_trap(c: Company, year: int, n: int, rng: random.Random, pages: dict
         trap=True,
     )
     report = (
-        f"{poss(c.name)} full-year {year} results have not been published yet as of {day}; the latest official "
-        f"figures are for {qt.label}. In {qt.label}, {c.segment} revenue was <FIGURE> \\cite{{<CITE>}}."
+        f"Full-year {year} results are not published yet. The latest are for {qt.label}: "
+        f"{c.segment} revenue was <FIGURE> \\cite{{<URL>}}."
     )
-    rumor = f"{poss(c.name)} full-year {year} {c.segment} revenue is <FIGURE> \\cite{{<CITE>}}."
+    rumor = f"Full-year {year} {c.segment} revenue was <FIGURE> \\cite{{<URL>}}."
     return _task(
         tid,
         "trap_year",
         prompt,
         day,
         rubric,
-        f"{c.name} {year} results {c.segment} revenue",
+        f"{poss(c.name)} {year} financial results",
         _official(c, qt, fig),
         dis,
         report,
@@ -294,17 +304,17 @@ def _quarter_trap(
         trap=True,
     )
     report = (
-        f"{c.name} has not published its {asked.label} results yet as of {day}. The latest official figure is "
-        f"for {prev.label}: {c.segment} revenue was <FIGURE> \\cite{{<CITE>}}."
+        f"{asked.label} results are not published yet. The latest are for {prev.label}: "
+        f"{c.segment} revenue was <FIGURE> \\cite{{<URL>}}."
     )
-    rumor = f"{poss(c.name)} {c.segment} revenue in {asked.label} was <FIGURE> \\cite{{<CITE>}}."
+    rumor = f"{c.segment} revenue was <FIGURE> in {asked.label} \\cite{{<URL>}}."
     return _task(
         tid,
         "trap_quarter",
         prompt,
         day,
         rubric,
-        f"{c.name} {asked.label} {c.segment} revenue",
+        f"{poss(c.name)} {c.segment} revenue in {asked.label} results",
         _official(c, prev, fig),
         dis,
         report,
