@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agentrl.errors import AgentRLError, ConfigError
+from agentrl.hub import check_hub_id
 from agentrl.outputs import check_output_dir as writable_dir
 from agentrl.rundir import RunDir
 from agentrl.train.config import TrainConfig, is_hub_id, resolve_input
@@ -75,8 +76,12 @@ def check_inputs(cfg: TrainConfig) -> None:
         path = _existing("model.path", m.path)
         if not (path / "config.json").is_file():
             raise ConfigError(f"model.path {m.path!r}: not a model directory (no {path / 'config.json'})")
+    elif not m.path.startswith("tiny:"):
+        check_hub_id("model.path", m.path)  # cached, or the hub says it exists: seconds, not a minute
     if m.tokenizer and not is_hub_id(m.tokenizer):
         _existing("model.tokenizer", m.tokenizer)
+    elif m.tokenizer and not Path(m.tokenizer).expanduser().exists():
+        check_hub_id("model.tokenizer", m.tokenizer, filename="tokenizer_config.json")
 
 
 def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = False) -> None:

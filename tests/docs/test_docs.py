@@ -92,7 +92,11 @@ def template(tmp_path_factory) -> Path:
         f'#!/bin/sh\nexec "{sys.executable}" -c "import sys; from agentrl.cli import main; sys.exit(main())" "$@"\n'
     )
     shim.chmod(0o755)
-    (bin_dir / "python").symlink_to(sys.executable)
+    # A script, not a symlink: a symlinked virtualenv python elsewhere does not find its pyvenv.cfg
+    # and runs without the venv's packages (the snippets' fake judge server then never started).
+    py = bin_dir / "python"
+    py.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    py.chmod(0o755)
     return root
 
 
