@@ -10,12 +10,18 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentrl.cachedir import cache_root
+from agentrl.errors import ConfigError
 
-__all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "build", "materialize"]
+__all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "MAX_COMPANIES", "build", "materialize"]
+
+#: The most companies one build generates: the generator has 5,040 distinct company names, and
+#: 2,000 companies are 230,000 pages and 22,000 tasks, about a minute and 0.6 GB on one core.
+MAX_COMPANIES = 2000
 
 #: Bump when the generator's output changes, so cached builds are not reused.
 GENERATOR_VERSION = 3
@@ -38,11 +44,19 @@ LLM_CRITERION = {
 
 
 def build(
-    out_dir: str | os.PathLike[str], *, seed: int = 0, companies: int = 50, llm_criteria: bool = False
+    out_dir: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    companies: int = 50,
+    llm_criteria: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind and family).
 
     ``llm_criteria`` adds ``LLM_CRITERION`` to every rubric (scoring then needs a judge model).
+    ``companies`` is at most ``MAX_COMPANIES`` (``ConfigError`` otherwise, before any work);
+    ``progress(done, total)`` is called after each company is rendered. ``out_dir`` is created only
+    when the files are written, so a build stopped while it generates leaves nothing behind.
     """
     from agentrl.env.sandbox.pages import render_company
     from agentrl.env.sandbox.tasks import make_tasks
@@ -50,22 +64,28 @@ def build(
 
     if companies < 1:
         raise ValueError("companies must be at least 1")
+    if companies > MAX_COMPANIES:
+        raise ConfigError(
+            f"companies: {companies} is over the cap of {MAX_COMPANIES} (the generator has 5,040 company "
+            f"names; {MAX_COMPANIES} companies are already {MAX_COMPANIES * 115:,} pages)"
+        )
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     world = make_world(seed, companies)
     page_rng, task_rng = random.Random(seed * 7919 + 1), random.Random(seed * 104729 + 2)
     pages: list[dict[str, Any]] = []
     tasks: list[dict[str, Any]] = []
-    for comp in world:
+    for i, comp in enumerate(world, 1):
         cp = render_company(comp, page_rng)
         pages.extend(cp)
         tasks.extend(make_tasks(comp, {p["id"]: p for p in cp}, task_rng))
+        if progress is not None:
+            progress(i, companies)
     if llm_criteria:
         for t in tasks:
             t["rubric"]["criteria"].append(dict(LLM_CRITERION))
             t["ground_truth"]["max_score"] += LLM_CRITERION["weight"]
     tmp = out / ".tmp"
-    tmp.mkdir(exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
     with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as f:
         for p in pages:
             f.write(json.dumps(p, ensure_ascii=False, sort_keys=True) + "\n")

@@ -144,7 +144,15 @@ class Company:
 
 
 def _distinct(rng: random.Random, actual: float, lo: float, hi: float) -> float:
-    """A prediction off by lo..hi (relative), never printing the same as ``actual``."""
+    """A prediction off by lo..hi (relative), never printing the same as ``actual``.
+
+    When no draw can print differently (a figure so small that ±hi rounds back to it, e.g. 0.2 with
+    hi 0.15), the prediction is one printed step away instead: without this check the loop never
+    ended. Where a draw can differ, the draws are exactly as before, so worlds that built still
+    build byte for byte the same."""
+    far = [round(actual * (1 + s * hi), 1) for s in (-1, 1)]
+    if all(money(v) == money(actual) or v <= 0 for v in far):
+        return round(actual + 0.1, 1)
     while True:
         v = round(actual * (1 + rng.choice((-1, 1)) * rng.uniform(lo, hi)), 1)
         if money(v) != money(actual) and v > 0:
