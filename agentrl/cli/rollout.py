@@ -153,6 +153,17 @@ def _params(args: argparse.Namespace, env_config: dict[str, Any]) -> dict[str, A
 
 
 def _run(args: argparse.Namespace) -> int:
+    """One writer per ``--out``: the rollout holds ``.OUT.lock`` beside it while it runs
+    (``agentrl.runlock``); a second rollout into the same file is refused, naming the first."""
+    from agentrl.outputs import check_output_file
+    from agentrl.runlock import file_lock_path, lock_output
+
+    check_output_file(args.out)
+    with lock_output(file_lock_path(args.out), what=f"--out {args.out}"):
+        return _rollout(args)
+
+
+def _rollout(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
