@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -21,8 +22,11 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from agentrl.env.sandbox import MAX_COMPANIES, build
+from agentrl.env.sandbox.world import _distinct, money
 from agentrl.errors import ConfigError
 from tests.robustness.cli_run import agentrl
 
@@ -63,6 +67,35 @@ def test_worlds_that_built_before_are_unchanged(tmp_path):
         (tmp_path / "corpus.jsonl").read_bytes() + (tmp_path / "tasks.jsonl").read_bytes()
     )
     assert digest.hexdigest() == SEED0_C50
+
+
+def _old_distinct(
+    rng: random.Random, actual: float, lo: float, hi: float, tries: int = 10_000
+) -> float | None:
+    """The preview generator before the fix, cut off after ``tries`` draws (None: it never ended)."""
+    for _ in range(tries):
+        v = round(actual * (1 + rng.choice((-1, 1)) * rng.uniform(lo, hi)), 1)
+        if money(v) != money(actual) and v > 0:
+            return v
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    actual=st.one_of(st.integers(1, 600).map(lambda t: t / 10), st.floats(0.01, 300)),
+    band=st.sampled_from([(0.03, 0.12), (0.04, 0.15), (0.03, 0.1)]),
+    seed=st.integers(0, 2**32 - 1),
+)
+@example(actual=0.2, band=(0.04, 0.15), seed=0)  # no draw can print differently (the hang)
+@example(actual=0.5, band=(0.03, 0.1), seed=0)  # only the band's upper edge prints 0.6
+@example(actual=0.26, band=(0.04, 0.15), seed=0)  # only the lower side can print differently
+def test_the_preview_draws_as_before_wherever_that_ended(actual, band, seed):
+    new_rng, old_rng = random.Random(seed), random.Random(seed)
+    new = _distinct(new_rng, actual, *band)
+    old = _old_distinct(old_rng, actual, *band)
+    assert money(new) != money(actual) and new > 0
+    if old is not None:  # it ended before: the same value, from the same draws
+        assert new == old and new_rng.getstate() == old_rng.getstate()
 
 
 def test_a_build_killed_while_it_generates_leaves_no_directory(tmp_path):
