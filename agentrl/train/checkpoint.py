@@ -17,7 +17,7 @@ import hashlib
 import json
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class TrainState:
     config_hash: str = ""
     presampled: list[dict[str, Any]] | None = None  # staleness 1: each rank's batch sampled ahead
     sft: dict[str, Any] | None = None  # a warm-start checkpoint: {"step": k, "rng": batch sampler state}
+    fresh_optimizers: list[str] | None = None  # sharded: the modules whose optimiser had not stepped
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -73,6 +74,8 @@ class TrainState:
             out["presampled"] = self.presampled
         if self.sft is not None:
             out["sft"] = self.sft
+        if self.fresh_optimizers:
+            out["fresh_optimizers"] = self.fresh_optimizers
         return out
 
     @property
@@ -91,6 +94,7 @@ class TrainState:
             config_hash=state.get("config_hash", ""),
             presampled=state.get("presampled"),
             sft=state.get("sft"),
+            fresh_optimizers=state.get("fresh_optimizers"),
         )
 
 
@@ -102,9 +106,17 @@ def save_run(directory: Path, state: TrainState, modules: Modules) -> Path | Non
     """Checkpoint step ``state.step``; call it on every rank. Sharded (FSDP) ranks each write their
     shards with ``torch.distributed.checkpoint``; otherwise rank 0 writes everything (None elsewhere)."""
     if state.sharded:
-        return save_checkpoint(
+        # torch.distributed.checkpoint builds an optimiser's state by stepping it with zero gradients
+        # and lr 0 when it has none (Adam's step count then starts at 1): the optimisers that had not
+        # stepped yet (RL's, at the end of the warm start) are put back as they were, and named in
+        # the checkpoint so that a resume puts them back the same way.
+        fresh = [name for name, (_, opt) in modules.items() if opt is not None and not opt.state]
+        state = replace(state, fresh_optimizers=fresh or None)
+        path = save_checkpoint(
             directory, state.step, state.to_dict(), sharded=sharded_state(modules), name=state.name
         )
+        _reset(modules, fresh)
+        return path
     if not is_main():
         return None
     full = state.to_dict()
@@ -113,6 +125,14 @@ def save_run(directory: Path, state: TrainState, modules: Modules) -> Path | Non
         if opt is not None:
             full[_optimizer_key(name)] = opt.state_dict()
     return save_checkpoint(directory, state.step, full, name=state.name)
+
+
+def _reset(modules: Modules, names: list[str]) -> None:
+    """Empty the state of the optimisers of ``names`` (as before their first step)."""
+    for name in names:
+        opt = modules[name][1] if name in modules else None
+        if opt is not None:
+            opt.state.clear()
 
 
 def restore_run(path: Path, modules: Modules, *, sharded: bool) -> TrainState:
@@ -127,6 +147,7 @@ def restore_run(path: Path, modules: Modules, *, sharded: bool) -> TrainState:
         )
     if sharded:
         load_sharded(path / SHARDED, modules)
+        _reset(modules, state.fresh_optimizers or [])
         return state
     for name, (module, opt) in modules.items():
         if name == "model" or name in full:

@@ -83,9 +83,14 @@ class Checkpointing:
                            sharded=ms.fsdp, sft={"step": k, "rng": rng.getstate() if rng else None})  # fmt: skip
         return self._write(state, self._warm_modules())
 
+    def saved(self) -> bool:
+        """Whether the current RL step is checkpointed already (every rank agrees: no file is read)."""
+        return getattr(self, "_saved", None) == ("step", self.step)
+
     def _write(self, state: TrainState, modules: Any) -> Path | None:
         t0 = time.perf_counter()
         path = save_run(RunDir(self.out).checkpoints_dir, state, modules)
+        self._saved = ("sft", state.sft["step"]) if state.sft is not None else ("step", state.step)
         prune_checkpoints(RunDir(self.out).checkpoints_dir, self.cfg.checkpoint_keep)
         if not hasattr(self, "checkpoint_seconds"):
             self.checkpoint_seconds = []

@@ -107,7 +107,8 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool 
         raise ConfigError("--resume and --overwrite exclude each other")
     writable_dir(out, flag="output_dir")
     run = RunDir(out)
-    refuse_if_held(run.lock_file, what=f"output_dir {out}")
+    if _rank_zero():  # under torchrun rank 0 holds the lock for every rank
+        refuse_if_held(run.lock_file, what=f"output_dir {out}")
     if resume:
         if not out.is_dir():
             raise ConfigError(
@@ -116,10 +117,16 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool 
             )
         if run.latest_checkpoint() is None:
             ours, foreign = run.entries()
+            if foreign and ours:
+                raise ConfigError(
+                    f"--resume: output_dir {out} has no complete checkpoint under {run.checkpoints_dir} (the "
+                    f"run stopped before its first), and it cannot be started over there: it holds files "
+                    f"agentrl did not write ({_names(foreign)}); move them away or choose another output_dir"
+                )
             if foreign:
                 raise ConfigError(
-                    f"--resume: output_dir {out} is not a run directory ({_names(foreign)}) and holds no "
-                    "checkpoint: there is nothing to resume; choose the run's output_dir"
+                    f"--resume: output_dir {out} is not a run directory ({_names(foreign)}): there is "
+                    "nothing to resume; choose the run's output_dir"
                 )
             if not ours:
                 raise ConfigError(

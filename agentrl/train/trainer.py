@@ -343,7 +343,7 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
                     self.log.stop()
                 self.judge.close()
                 (self.sampler or self.engine).close()
-            if RunDir(self.out).latest_checkpoint() != RunDir(self.out).checkpoint_dir(self.step):
+            if not self.saved():  # the last periodic checkpoint may be this step's already
                 with self.report.phase(f"checkpoint of step {self.step}"):
                     self.save()
             if self.log is None:
