@@ -5,11 +5,13 @@
 warm-starts the policy on oracle trajectories, then runs ``cfg.steps`` RL steps, showing each phase
 as it goes (``agentrl.train.progress``). The models are built by
 ``agentrl.train.build``, episodes sampled by the rollout engine chosen at setup
-(``agentrl.train.engines``), checkpoints written as a ``TrainState`` (``agentrl.train.checkpoint``);
+(``agentrl.train.engines``), checkpoints written as a ``TrainState`` (``agentrl.train.checkpoint``)
+when ``agentrl.train.checkpointing`` says, the warm start by ``agentrl.train.warm_start``;
 ``train_step`` reads as its numbered phases. Every step's trajectories are
 saved as JSONL, its metrics appended to ``metrics.jsonl`` (verl's metric names), and checkpoints
-written every ``checkpoint_every`` steps. Randomness is derived from (seed, step), so a resumed run
-continues exactly as an uninterrupted one would have.
+written during and after the warm start and every ``checkpoint_every`` steps. Randomness is derived
+from (seed, step), so a resumed run continues exactly as an uninterrupted one would have. The run
+holds its directory's lock (``agentrl.runlock``) from its checks to its end.
 """
 
 from __future__ import annotations
