@@ -16,6 +16,7 @@ __all__ = [
     "JudgeError",
     "MissingSetting",
     "RubricError",
+    "RunInterrupted",
     "SamplerError",
     "SchemaVersionError",
     "TemplateError",
@@ -85,6 +86,16 @@ class ForkError(AgentRLError):
 class SamplerError(AgentRLError):
     """The rollout sampler's own process (``rollout.sampler: process``) failed or exited; the
     message carries the child's error in one line."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM (``signal``) after writing what it could (a summary marked
+    interrupted); the message says where ``--resume`` goes on from. A ``KeyboardInterrupt``, so that
+    code which stops on Ctrl-C stops on it too."""
+
+    def __init__(self, message: str = "", signal: str = "SIGINT") -> None:
+        super().__init__(message)
+        self.signal = signal
 
 
 class AgentRLWarning(UserWarning):

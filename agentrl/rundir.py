@@ -17,7 +17,9 @@ its files. ``agentrl train`` writes through it; replay, explain and ``agentrl re
       eval/step_NNNNN.jsonl        the judged episodes of the evaluation after step N (0: before RL)
       audit/step_NNNNN.jsonl       the training episodes of step N the audit judge re-scored
       checkpoints/step_NNNNN/      state.pt (complete exactly when present), meta.json, sharded/ (FSDP)
+      checkpoints/sft_NNNNN/       the same, at warm-start step N (before RL step 0; removed after it)
       vllm_sync/                   the weights a vLLM server reloads (``vllm.sync: full``, by default)
+      .agentrl.lock                held by the one process writing the run (``agentrl.runlock``)
 
 ``RunDir.entries`` tells the names agentrl writes (``OWNED``) from anything else in the directory, so
 that ``agentrl train --overwrite`` deletes a run and nothing that is not one.
@@ -46,6 +48,7 @@ __all__ = [
     "CONFIG",
     "CONFIG_YAML",
     "EVAL",
+    "LOCK",
     "METRICS",
     "OWNED",
     "REPORT",
@@ -58,10 +61,12 @@ __all__ = [
     "TRAJECTORIES",
     "VLLM_SYNC",
     "RunDir",
+    "checkpoint_order",
     "checkpoint_state_file",
     "mend_jsonl_tail",
     "read_jsonl",
     "read_token_stats",
+    "sft_name",
     "step_name",
     "step_number",
     "write_json",
@@ -83,6 +88,8 @@ CHECKPOINTS = "checkpoints"
 VLLM_SYNC = "vllm_sync"
 EVAL = "eval"
 AUDIT = "audit"
+#: The lock file of the process writing the run; neither the run's nor foreign (``entries``).
+LOCK = ".agentrl.lock"
 #: The entries agentrl itself writes at the top of a run directory (``config.yaml`` is the user's).
 OWNED = frozenset(
     {CONFIG, METRICS, SFT, SUMMARY, REWARD_CURVE, REPORT, TOKENIZER, TENSORBOARD, TRAJECTORIES, TOKENS,
@@ -94,6 +101,7 @@ META = "meta.json"
 SHARDED = "sharded"
 
 _STEP = re.compile(r"step_(\d+)$")
+_CHECKPOINT = re.compile(r"(sft|step)_(\d+)$")
 # The temporary file of an atomic write (``_replace``, ``write_trajectories``): ``.NAME.tmp-PID``.
 _TMP = re.compile(r"^\.(.+)\.tmp-\d+$")
 
@@ -101,6 +109,19 @@ _TMP = re.compile(r"^\.(.+)\.tmp-\d+$")
 def step_name(step: int) -> str:
     """``step_NNNNN``: the stem of step ``step``'s files and of its checkpoint directory."""
     return f"step_{step:05d}"
+
+
+def sft_name(k: int) -> str:
+    """``sft_NNNNN``: the directory of the checkpoint taken at warm-start step ``k``."""
+    return f"sft_{k:05d}"
+
+
+def checkpoint_order(path: str | Path) -> tuple[int, int] | None:
+    """Where a checkpoint directory's name puts it in the run: ``(0, k)`` for ``sft_k`` (warm-start
+    step k), ``(1, n)`` for ``step_n`` (after RL step n; step 0 is the end of the warm start);
+    None for any other name."""
+    m = _CHECKPOINT.match(Path(path).name)
+    return None if m is None else (int(m.group(1) == "step"), int(m.group(2)))
 
 
 def step_number(path: str | Path) -> int | None:
@@ -240,6 +261,10 @@ class RunDir:
         return self.path / TENSORBOARD
 
     @property
+    def lock_file(self) -> Path:
+        return self.path / LOCK
+
+    @property
     def checkpoints_dir(self) -> Path:
         return self.path / CHECKPOINTS
 
@@ -279,15 +304,27 @@ class RunDir:
         """Step → ``tokens/step_NNNNN.npz``, for every step that kept its per-token numbers."""
         return self._step_files(TOKENS, ".npz")
 
+    def sft_checkpoint_dir(self, k: int) -> Path:
+        return self.checkpoints_dir / sft_name(k)
+
     @staticmethod
-    def latest_in(directory: Path) -> Path | None:
-        """The complete checkpoint (one with ``state.pt``) of the highest step under ``directory``."""
+    def complete_in(directory: Path) -> list[Path]:
+        """The complete checkpoints (with ``state.pt``) under ``directory``, oldest first: warm-start
+        ones (``sft_k``) before RL ones (``step_n``), each by number (``checkpoint_order``)."""
         if not directory.is_dir():
-            return None
+            return []
         found = [
-            (s, p) for p in directory.iterdir() if (s := step_number(p)) is not None and (p / STATE).is_file()
+            (o, p)
+            for p in directory.iterdir()
+            if (o := checkpoint_order(p)) is not None and (p / STATE).is_file()
         ]
-        return max(found)[1] if found else None
+        return [p for _, p in sorted(found)]
+
+    @classmethod
+    def latest_in(cls, directory: Path) -> Path | None:
+        """The latest complete checkpoint under ``directory`` (``complete_in``'s last), or None."""
+        found = cls.complete_in(directory)
+        return found[-1] if found else None
 
     def latest_checkpoint(self) -> Path | None:
         """The run's latest complete checkpoint directory, or None."""
@@ -295,7 +332,8 @@ class RunDir:
 
     def entries(self) -> tuple[list[str], list[str]]:
         """The names in the directory, sorted, as (what agentrl wrote: ``OWNED`` names and their
-        leftover temporary files; everything else). ``config.yaml``, the user's, is in neither.
+        leftover temporary files; everything else). ``config.yaml``, the user's, and the lock file
+        are in neither.
         Two empty lists when the directory does not exist."""
         if not self.path.is_dir():
             return [], []
@@ -304,7 +342,7 @@ class RunDir:
             m = _TMP.match(p.name)
             if p.name in OWNED or (m is not None and m.group(1) in OWNED):
                 ours.append(p.name)
-            elif p.name != CONFIG_YAML:
+            elif p.name not in (CONFIG_YAML, LOCK):
                 foreign.append(p.name)
         return ours, foreign
 
@@ -405,6 +443,10 @@ class RunDir:
     def rewrite_metrics(self, rows: list[dict[str, Any]]) -> None:
         """Replace ``metrics.jsonl`` with ``rows`` (a resumed run forgets the steps it recomputes)."""
         _replace(self.metrics_file, "".join(json.dumps(r) + "\n" for r in rows).encode())
+
+    def rewrite_sft(self, rows: list[dict[str, Any]]) -> None:
+        """Replace ``sft.jsonl`` with ``rows`` (a run resumed inside its warm start)."""
+        _replace(self.sft_file, "".join(json.dumps(r) + "\n" for r in rows).encode())
 
     def append_sft(self, row: dict[str, Any]) -> None:
         with open(self.sft_file, "a", encoding="utf-8") as f:

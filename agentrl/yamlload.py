@@ -7,10 +7,16 @@ including a value its safe constructors cannot build (``2020-02-31``, ``!!int ab
 says which ``AgentRLError`` to raise and how a key path reads (``dotted`` for configs,
 ``indexed`` for rubrics), and gets back the data and the position of every key path, to name the
 line of a later validation error.
+
+Inputs are capped at ``MAX_YAML_BYTES`` (1 MiB, a hundred times the largest rubric or config in
+the repository): a larger file, or a device or pipe that goes on past it, is refused before it is
+parsed (the pure-Python parser would take minutes and gigabytes on a few hundred megabytes).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,10 @@ import yaml
 
 from agentrl.errors import AgentRLError
 
-__all__ = ["Key", "Marks", "dotted", "indexed", "load_yaml", "read_text"]
+__all__ = ["MAX_YAML_BYTES", "Key", "Marks", "dotted", "indexed", "load_yaml", "read_text"]
+
+#: The most bytes of YAML read from one file or parsed from one text.
+MAX_YAML_BYTES = 1 << 20
 
 #: A path into a YAML document: mapping keys (str) and sequence indices (int).
 Key = tuple[str | int, ...]
@@ -40,18 +49,39 @@ def indexed(path: Key) -> str:
     return out or "<root>"
 
 
+def _size(n: int) -> str:
+    if n % (1 << 20) == 0:
+        return f"{n >> 20} MiB"
+    return f"{n:,} bytes" if n < 10 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def _too_large(source: str | Path, size: int | None) -> str:
+    got = f"{_size(size)}, " if size is not None else "more than that: "
+    return f"{source}: {got}over the {_size(MAX_YAML_BYTES)} limit of a YAML input"
+
+
 def read_text(path: Path, *, error: type[AgentRLError], missing: str, what: str) -> str:
     """The UTF-8 text of ``path``; ``error`` naming the path (and the line of a byte that is not
-    UTF-8): ``PATH: {missing}``, ``PATH:LINE: not UTF-8 text: ...``, ``PATH: cannot read the {what}: ...``."""
+    UTF-8): ``PATH: {missing}``, ``PATH:LINE: not UTF-8 text: ...``, ``PATH: cannot read the {what}: ...``,
+    and for more than ``MAX_YAML_BYTES`` ``PATH: N MiB, over the 1 MiB limit of a YAML input``
+    (a regular file by its size, before reading; a device or pipe after the limit's bytes)."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISREG(st.st_mode) and st.st_size > MAX_YAML_BYTES:
+                raise error(_too_large(path, st.st_size))
+            data = f.read(MAX_YAML_BYTES + 1)
     except FileNotFoundError:
         raise error(f"{path}: {missing}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise error(_too_large(path, None))
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = e.object[: e.start].count(b"\n") + 1
         raise error(f"{path}:{line}: not UTF-8 text: {e.reason} (byte {e.start})") from None
-    except OSError as e:
-        raise error(f"{path}: cannot read the {what}: {e.strerror or e}") from None
 
 
 class _Loader(yaml.SafeLoader):
@@ -102,7 +132,9 @@ def load_yaml(
 ) -> tuple[Any, Marks]:
     """Parse one YAML document: ``(data, marks)``, data None for an empty document. Raises
     ``error`` as one line naming ``source:line:column`` (module docstring); duplicate keys are
-    named with ``name``."""
+    named with ``name``; a text over ``MAX_YAML_BYTES`` is refused unparsed."""
+    if len(text) > MAX_YAML_BYTES and len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
+        raise error(_too_large(source, len(text.encode("utf-8", "surrogatepass"))))
     loader: _Loader | None = None
     try:
         loader = _Loader(text)  # checks the characters at once

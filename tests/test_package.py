@@ -25,6 +25,8 @@ LAYERS = {
     "outputs": 0,
     "yamlload": 0,
     "cachedir": 0,
+    "hub": 0,  # hub ids: cached, or the hub answers (stdlib; httpx when asked)
+    "runlock": 0,  # one writer per output (stdlib)
     "judge": 1,
     "tokens": 1,
     "env": 2,
@@ -53,9 +55,11 @@ ALLOWED: dict[str, set[str]] = {
     "outputs": {"errors"},
     "yamlload": {"errors"},
     "cachedir": set(),
+    "hub": {"errors"},
+    "runlock": {"errors"},
     "judge": {"errors", "trajectory", "credentials", "yamlload"},
     "tokens": {"errors", "trajectory", "algos"},
-    "env": {"errors", "trajectory", "judge", "cachedir"},
+    "env": {"errors", "trajectory", "judge", "cachedir", "yamlload"},
     "policy": {"errors", "trajectory", "credentials", "seeds"},
     "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir"},
     "rollout": {"errors", "trajectory", "judge", "env", "policy", "tokens", "seeds", "outputs"},
@@ -75,6 +79,8 @@ ALLOWED: dict[str, set[str]] = {
         "seeds",
         "outputs",
         "yamlload",
+        "hub",
+        "runlock",
     },
     "replay": {
         "errors",

@@ -70,9 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             e = e.for_flag(flags[e.setting])
         print(f"agentrl {args.command}: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        from agentrl.errors import RunInterrupted
+
+        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
+        return 143 if isinstance(e, RunInterrupted) and e.signal == "SIGTERM" else 130
     except BrokenPipeError:  # `agentrl explain ... | head`
         return 0
     except OSError as e:  # ENOSPC, EACCES, EROFS, ENOENT ... on a path the user gave or implied

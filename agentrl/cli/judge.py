@@ -197,6 +197,10 @@ def _run(args: argparse.Namespace) -> int:
         cache_path=None if args.no_cache else str(args.cache or default_cache_path()),
     )
     trajectories = list(read_trajectories(src))
+    if not trajectories:
+        from agentrl.errors import ConfigError
+
+        raise ConfigError(f"{src}: holds no trajectories: nothing to judge")
     judged = score_trajectories(trajectories, rubric, config)
     with naming(out):
         write_trajectories(out, judged)
@@ -259,11 +263,25 @@ def _agreement(args: argparse.Namespace) -> int:
     report = measure_agreement(
         list(read_trajectories(src)), rubric, config, samples=args.samples, labels=labels
     )
+    # Nothing judged: no trajectory with a report, or every sample a judge error (a flip rate of 0
+    # over no verdicts would read as a perfectly stable judge).
+    runs = (report.trajectories - report.unanswered) * report.samples
+    failed = runs == 0 or report.judge_errors >= runs
     if args.json:
         print(json.dumps(report.model_dump(), indent=2))
+    else:
+        _print_agreement(report, model=config.model, temperature=config.temperature)
+    if not failed:
         return 0
-    _print_agreement(report, model=config.model, temperature=config.temperature)
-    return 0
+    import sys
+
+    why = (
+        "no trajectory has a report: nothing to judge"
+        if runs == 0
+        else f"all {report.judge_errors} judge runs are judge errors: no verdict to compare"
+    )
+    print(f"agentrl judge agreement: error: {why}", file=sys.stderr)
+    return 1
 
 
 def _fmt(x: float | None) -> str:

@@ -180,7 +180,18 @@ def _run(args: argparse.Namespace) -> int:
 
 def run_command(args: argparse.Namespace) -> Any:
     """Run the rollout the parsed ``args`` describe (with a progress bar on stderr unless
-    ``--no-progress``); returns its ``RolloutSummary``."""
+    ``--no-progress``); returns its ``RolloutSummary``. One writer per ``--out``: the rollout holds
+    ``.OUT.lock`` beside it while it runs (``agentrl.runlock``); a second rollout (or ``agentrl
+    eval``) into the same file is refused, naming the first."""
+    from agentrl.outputs import check_output_file
+    from agentrl.runlock import file_lock_path, lock_output
+
+    check_output_file(args.out)
+    with lock_output(file_lock_path(args.out), what=f"--out {args.out}"):
+        return _rollout(args)
+
+
+def _rollout(args: argparse.Namespace) -> Any:
     import asyncio
 
     from agentrl.credentials import explicit_key

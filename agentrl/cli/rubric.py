@@ -81,10 +81,12 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _warn_backtracking(path: Path, rubric) -> None:
-    """A warning line per regex that may backtrack catastrophically (scoring stays time-bounded)."""
+    """A warning line per regex that may backtrack catastrophically (scoring stays time-bounded),
+    and per criterion that looks inverted (``agentrl.judge.rubric_lint``)."""
     from agentrl.judge.regex_lint import rubric_warnings
+    from agentrl.judge.rubric_lint import rubric_lints
 
-    for w in rubric_warnings(rubric):
+    for w in [*rubric_warnings(rubric), *rubric_lints(rubric)]:
         print(f"warning: {path}: {w}")
 
 

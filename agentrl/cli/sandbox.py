@@ -25,7 +25,8 @@ def register(subparsers: Any) -> None:
         "--companies",
         type=int_range(1),
         default=50,
-        help="number of companies (default 50: 5,750 pages, 550 tasks)",
+        help="number of companies, at most 2000 (default 50: 5,750 pages, 550 tasks); a build of 200 or "
+        "more shows its progress on stderr",
     )
     b.add_argument(
         "--heldout-companies",
@@ -53,8 +54,14 @@ def _build(args: argparse.Namespace) -> int:
     from agentrl.outputs import check_output_dir
 
     check_output_dir(args.out)
-    from agentrl.env.sandbox import build
+    from agentrl.env.sandbox import MAX_COMPANIES, build
+    from agentrl.errors import ConfigError
 
+    if args.companies > MAX_COMPANIES:
+        raise ConfigError(
+            f"--companies {args.companies}: at most {MAX_COMPANIES} (the generator has 5,040 company names; "
+            f"{MAX_COMPANIES} companies are {MAX_COMPANIES * 115:,} pages, about a minute to build)"
+        )
     t0 = time.monotonic()
     stats = build(
         args.out,
@@ -62,6 +69,7 @@ def _build(args: argparse.Namespace) -> int:
         companies=args.companies,
         heldout=args.heldout_companies,
         llm_criteria=args.llm_criteria,
+        progress=_progress(t0) if args.companies + args.heldout_companies >= 200 else None,
     )
     if args.index:
         from agentrl.env.backends.sandbox import sandbox_backend
@@ -70,3 +78,16 @@ def _build(args: argparse.Namespace) -> int:
     stats["seconds"] = round(time.monotonic() - t0, 2)
     print(json.dumps(stats))
     return 0
+
+
+def _progress(t0: float):  # type: ignore[no-untyped-def]
+    """A line on stderr at every tenth of the companies rendered."""
+    import sys
+    import time
+
+    def show(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            elapsed = time.monotonic() - t0
+            print(f"sandbox build: {done}/{total} companies ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+
+    return show

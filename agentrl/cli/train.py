@@ -37,6 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--print-config", action="store_true", help="print the resolved config (defaults filled) and exit"
     )
     p.add_argument(
+        "--defaults",
+        action="store_true",
+        help="train with every default where the config sets nothing: no CONFIG, or an empty one "
+        "(otherwise an empty config is an error)",
+    )
+    p.add_argument(
         "--no-progress",
         action="store_true",
         help="plain lines on stderr (one per setup phase and per step) instead of a live display; "
@@ -56,11 +62,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
         overrides[key] = _value(value)
     if args.config:
-        cfg = load_train_config(args.config, overrides)
-    elif args.print_config:
-        cfg = TrainConfig()
+        cfg = load_train_config(args.config, overrides, allow_empty=args.defaults or args.print_config)
+    elif args.print_config or args.defaults:
+        cfg = load_train_config(None, overrides) if overrides else TrainConfig()
     else:
-        raise ConfigError("give a config file, e.g. agentrl train examples/quickstart.yaml")
+        raise ConfigError(
+            "give a config file, e.g. agentrl train examples/quickstart.yaml (or --defaults to train "
+            "with every default)"
+        )
     if args.print_config:
         import yaml
 

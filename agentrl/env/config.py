@@ -115,16 +115,13 @@ class EnvConfig(_Strict):
 
 def read_env_yaml(path: str | Path) -> dict[str, Any]:
     """The mapping of an ``env.yaml`` file, not yet validated (callers may add keys, such as a CLI's
-    ``--suite``, before ``load_env_config``). Raises ``ConfigError`` naming the file."""
-    import yaml
+    ``--suite``, before ``load_env_config``). Read by ``agentrl.yamlload`` (its size cap, duplicate
+    keys and errors at file:line:column); raises ``ConfigError`` naming the file."""
+    from agentrl.yamlload import load_yaml, read_text
 
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read env config: {e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    text = read_text(path, error=ConfigError, missing="no such file", what="env config")
+    raw = load_yaml(text, str(path), error=ConfigError)[0] or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: an env config must be a mapping, got {type(raw).__name__}")
     return raw

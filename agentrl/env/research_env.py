@@ -120,21 +120,25 @@ class ResearchEnv(gymnasium.Env[str, str]):
     ) -> tuple[str, dict[str, Any]]:
         """Start an episode; the observation is the system prompt and the task, as one text."""
         super().reset(seed=seed)
+        # A reset that fails (an unknown task, a rubric the judge cannot score) ends the episode in
+        # progress and changes nothing else: step() then asks for a reset, and the next reset starts clean.
+        self._done = True
         options = options or {}
         if options.get("task") is not None:
-            self.task = self.suite.task(options["task"])
+            task = self.suite.task(options["task"])
         else:
             tasks = self.tasks
-            self.task = tasks[int(self.np_random.integers(0, len(tasks)))]
-        where = self.task.rubric if isinstance(self.task.rubric, str) else f"task {self.task.id}"
-        self.rubric = rubric_for(self.suite.rubric_data(self.task), source=str(where))
-        if self.config.judge == "deterministic" and not is_deterministic(self.rubric):
-            llm = ", ".join(c.id for c in self.rubric.criteria if c.is_llm)
+            task = tasks[int(self.np_random.integers(0, len(tasks)))]
+        where = task.rubric if isinstance(task.rubric, str) else f"task {task.id}"
+        rubric = rubric_for(self.suite.rubric_data(task), source=str(where))
+        if self.config.judge == "deterministic" and not is_deterministic(rubric):
+            llm = ", ".join(c.id for c in rubric.criteria if c.is_llm)
             raise ConfigError(
-                f"task {self.task.id}: rubric {self.rubric.id!r} has LLM criteria ({llm}) but the env's "
+                f"task {task.id}: rubric {rubric.id!r} has LLM criteria ({llm}) but the env's "
                 "judge is 'deterministic'; set judge: deferred (score later with agentrl judge) "
                 "or judge: inline with a judge_model"
             )
+        self.task, self.rubric = task, rubric
         system = system_prompt(self.config.tool_format, self.task.date, self.config.system_prompt)
         self.messages = [
             Message(role="system", content=system),
@@ -170,6 +174,12 @@ class ResearchEnv(gymnasium.Env[str, str]):
         with ``tool_format: auto`` and otherwise answered with a format error. ``reward`` is NaN when
         the inline judge failed (``info["reward_status"] == "judge_error"``).
         """
+        if not isinstance(action, str | Message | dict):
+            # None or a number is a caller's bug, not the policy's text: refused, the episode unchanged.
+            raise gymnasium.error.InvalidAction(
+                f"step(action): the action is the assistant's turn as text (str), a Message or a message "
+                f"dict; got {type(action).__name__} {action!r:.40}"
+            )
         if self._done or self.task is None:
             raise gymnasium.error.ResetNeeded("call reset() before step() (the episode is over)")
         self.turns += 1

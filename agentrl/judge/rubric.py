@@ -20,6 +20,7 @@ import regex
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -57,6 +58,21 @@ def _check_id(v: str) -> str:
 
 
 Id = Annotated[str, AfterValidator(_check_id)]
+
+
+def _not_bool(v: Any) -> Any:
+    """YAML's ``true``/``false`` are not numbers (pydantic would read them as 1 and 0)."""
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, got a boolean ({str(v).lower()})")
+    return v
+
+
+#: A finite number that is not a boolean.
+Number = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+
+#: The bounds of a criterion's |weight|: wide enough for any points scale, and they keep every total
+#: and ratio finite (a 1 MiB rubric holds at most ~50,000 criteria; ``agentrl.yamlload``).
+MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6
 
 #: Scale words the ``number`` grader understands, lower-case, with their multipliers.
 UNIT_WORDS: dict[str, float] = {
@@ -150,10 +166,10 @@ class NumberGrader(_Strict):
     """
 
     type: Literal["number"]
-    value: float = Field(allow_inf_nan=False)
+    value: Number
     unit: str = ""
-    tolerance: float = Field(default=0.01, ge=0, allow_inf_nan=False)
-    abs_tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    tolerance: Number = Field(default=0.01, ge=0)
+    abs_tolerance: Number = Field(default=0.0, ge=0)
 
     @field_validator("unit")
     @classmethod
@@ -173,11 +189,11 @@ class FigureGrader(_Strict):
     """
 
     type: Literal["figure"]
-    value: float = Field(allow_inf_nan=False)
+    value: Number
     unit: str = ""
-    tolerance: float = Field(default=0.01, ge=0, allow_inf_nan=False)
-    abs_tolerance: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    band: float = Field(default=1.5, ge=1.0, allow_inf_nan=False)
+    tolerance: Number = Field(default=0.01, ge=0)
+    abs_tolerance: Number = Field(default=0.0, ge=0)
+    band: Number = Field(default=1.5, ge=1.0)
     sourced: bool = True
 
     @field_validator("unit")
@@ -220,7 +236,7 @@ class Criterion(_Strict):
 
     id: Id
     text: str
-    weight: float = Field(allow_inf_nan=False)
+    weight: Number
     kind: Literal["positive", "negative"] = "positive"
     grader: Grader = Field(default_factory=LLMGrader)
     requires: list[Id] = Field(default_factory=list)
@@ -232,6 +248,13 @@ class Criterion(_Strict):
         if not v.strip():
             raise ValueError("the criterion text must not be empty")
         return v.strip()
+
+    @field_validator("weight")
+    @classmethod
+    def _weight_bounds(cls, v: float) -> float:
+        if v != 0 and not MIN_WEIGHT <= abs(v) <= MAX_WEIGHT:  # 0: the sign check names it
+            raise ValueError(f"|weight| must be between {MIN_WEIGHT:g} and {MAX_WEIGHT:g}, got {v:g}")
+        return v
 
     @model_validator(mode="after")
     def _weight_sign(self) -> Criterion:
@@ -251,7 +274,7 @@ class Rubric(_Strict):
     """A validated rubric. ``content_hash`` (sha256 of the canonical JSON) names its exact content."""
 
     id: Id
-    version: int = 1
+    version: Annotated[int, BeforeValidator(_not_bool)] = 1
     description: str = ""
     mapping: Literal["strict", "ternary", "binary"] = "strict"
     aggregation: Literal["weighted_sum", "normalized"] = "weighted_sum"

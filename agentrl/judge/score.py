@@ -12,7 +12,8 @@ Not Satisfied         0 / 0                 0                     0
 
 A negative criterion describes a flaw and carries a negative weight, so a score of 1 there
 (the flaw is present) subtracts ``|w|``. Aggregations: ``weighted_sum`` R = Σ wᵢ·sᵢ and
-``normalized`` R = clip(Σ wᵢ·sᵢ / Σ_{w>0} w, 0, 1) (HealthBench's rule).
+``normalized`` R = clip(Σ wᵢ·sᵢ / Σ_{w>0} w, 0, 1) (HealthBench's rule). The normalised value of a
+``weighted_sum`` rubric of flaws alone is 1 + R / |Σ_{w<0} w| (``normalize``), so it too is on [0, 1].
 
 Every reward also carries its normalised value (``RewardBreakdown.normalized``), computed here
 and nowhere else: trainers, replays and adapters read it through ``normalized_reward``.
@@ -89,13 +90,21 @@ def _clip_ratio(total: float, positive_weight: float) -> float:
     return min(1.0, max(0.0, total / positive_weight))
 
 
-def normalize(total: float, aggregation: str | None, positive_weight: float) -> float:
+def normalize(
+    total: float, aggregation: str | None, positive_weight: float, negative_weight: float = 0.0
+) -> float:
     """A total on [0, 1]: clip(total / ``positive_weight``, 0, 1), as the ``normalized`` aggregation
-    gives. A total that is already normalised, or one with no positive weight to divide by (an
-    unanswered episode's 0), is returned as it is."""
-    if aggregation == "normalized" or positive_weight <= 0:
+    gives. A rubric of flaws alone (no positive weight, ``negative_weight`` = Σ of its negative
+    weights < 0) scores the share of its flaw weight the report avoided, 1 + total / |Σ negative|:
+    1 with no flaw, 0 with every one. A total that is already normalised, or one with no weight at
+    all to divide by (an unanswered episode's 0), is returned as it is."""
+    if aggregation == "normalized":
         return total
-    return _clip_ratio(total, positive_weight)
+    if positive_weight > 0:
+        return _clip_ratio(total, positive_weight)
+    if negative_weight < 0:
+        return min(1.0, max(0.0, 1.0 + total / -negative_weight))
+    return total
 
 
 def normalized_reward(reward: RewardBreakdown | Trajectory) -> float:
@@ -110,7 +119,8 @@ def normalized_reward(reward: RewardBreakdown | Trajectory) -> float:
         raise ValueError("no reward: the trajectory is unscored or a judge error")
     if r.normalized is not None:
         return r.normalized
-    return normalize(r.total, r.aggregation, sum(c.weight for c in r.criteria if c.weight > 0))
+    positive = sum(c.weight for c in r.criteria if c.weight > 0)
+    return normalize(r.total, r.aggregation, positive, sum(c.weight for c in r.criteria if c.weight < 0))
 
 
 def apply_requires(rubric, criteria: Sequence[CriterionScore]) -> list[CriterionScore]:
@@ -173,8 +183,9 @@ def breakdown(
     total = normalized = None
     if error is None:
         positive = sum(c.weight for c in rubric.criteria if c.weight > 0)
+        negative = sum(c.weight for c in rubric.criteria if c.weight < 0)
         total = aggregate(ordered, rubric.aggregation, positive_weight=positive)
-        normalized = normalize(total, rubric.aggregation, positive)
+        normalized = normalize(total, rubric.aggregation, positive, negative)
     return RewardBreakdown(
         total=total,
         status="ok" if error is None else "judge_error",

@@ -24,6 +24,10 @@ def _construct(cls: type, *args: Any, **kwargs: Any) -> Any:
     return cls(*args, **{k: v for k, v in kwargs.items() if k in accepted})
 
 
+#: The ``--policy`` forms, as the CLI lists them.
+POLICY_FORMS = "oracle, openai:MODEL, litellm:MODEL, hf:PATH"
+
+
 def make_policy(spec: str, **kwargs: Any) -> Policy:
     """A policy from a CLI spec: ``oracle``, ``openai:MODEL`` or ``litellm:MODEL``.
 
@@ -43,7 +47,9 @@ def make_policy(spec: str, **kwargs: Any) -> Policy:
         else:
             from agentrl.policy.litellm_policy import LiteLLMPolicy as cls
         return _construct(cls, model, **kwargs)
-    raise ConfigError(
-        f"--policy: unknown policy {spec!r}; expected oracle, openai:MODEL or litellm:MODEL "
-        "(hf:PATH, a local model, is built by agentrl.train.hf_policy.load_hf_policy)"
-    )
+    if kind == "hf":  # a transformers model in this process: it needs torch, a layer above this one
+        raise ConfigError(
+            f"--policy {spec!r}: make_policy builds chat policies only; load hf:PATH with "
+            "agentrl.train.hf_policy.load_hf_policy (agentrl rollout does)"
+        )
+    raise ConfigError(f"--policy: unknown policy {spec!r}; expected one of {POLICY_FORMS}")

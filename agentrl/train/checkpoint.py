@@ -6,7 +6,10 @@ its hash); ``save_run`` writes it with the modules of ``build.Models.checkpointe
 ``restore_run`` reads both back. ``state.pt`` keeps the keys it always had (``step``, ``scheduler``,
 ``kl_coef``, ``config``, ``rng``, ``sharded``, ``model``, ``optimizer``, ``critic``,
 ``critic_optimizer``, ``ref``), so older checkpoints load; ``config_hash`` is new (absent: ""), and
-``presampled`` (a ``rollout.staleness: 1`` run's batch sampled ahead) is written only when there is one."""
+``presampled`` (a ``rollout.staleness: 1`` run's batch sampled ahead) is written only when there is one,
+``sft`` (the warm-start step and its batch sampler's state) only in a warm-start checkpoint
+(``checkpoints/sft_NNNNN``, whose ``optimizer`` is the warm start's). ``prune_checkpoints`` keeps
+the last few."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import hashlib
 import json
 import random
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,19 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.outputs import torch_save
-from agentrl.rundir import META, SHARDED, STATE, step_name
+from agentrl.rundir import META, SHARDED, STATE, RunDir, checkpoint_order, sft_name, step_name
 from agentrl.train.distributed import barrier, is_main
 from agentrl.train.fsdp import load_sharded, sharded_state
 
-__all__ = ["TrainState", "config_hash", "load_checkpoint", "restore_run", "save_checkpoint", "save_run"]
+__all__ = [
+    "TrainState",
+    "config_hash",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "restore_run",
+    "save_checkpoint",
+    "save_run",
+]
 
 Modules = dict[str, tuple[torch.nn.Module, torch.optim.Optimizer | None]]
 
@@ -48,6 +59,8 @@ class TrainState:
     sharded: bool = False
     config_hash: str = ""
     presampled: list[dict[str, Any]] | None = None  # staleness 1: each rank's batch sampled ahead
+    sft: dict[str, Any] | None = None  # a warm-start checkpoint: {"step": k, "rng": batch sampler state}
+    fresh_optimizers: list[str] | None = None  # sharded: the modules whose optimiser had not stepped
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -59,7 +72,16 @@ class TrainState:
         }
         if self.presampled is not None:
             out["presampled"] = self.presampled
+        if self.sft is not None:
+            out["sft"] = self.sft
+        if self.fresh_optimizers:
+            out["fresh_optimizers"] = self.fresh_optimizers
         return out
+
+    @property
+    def name(self) -> str:
+        """Its directory under ``checkpoints/``: ``sft_NNNNN`` or ``step_NNNNN``."""
+        return sft_name(int(self.sft["step"])) if self.sft is not None else step_name(self.step)
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> TrainState:
@@ -71,6 +93,8 @@ class TrainState:
             sharded=bool(state.get("sharded")),
             config_hash=state.get("config_hash", ""),
             presampled=state.get("presampled"),
+            sft=state.get("sft"),
+            fresh_optimizers=state.get("fresh_optimizers"),
         )
 
 
@@ -82,7 +106,17 @@ def save_run(directory: Path, state: TrainState, modules: Modules) -> Path | Non
     """Checkpoint step ``state.step``; call it on every rank. Sharded (FSDP) ranks each write their
     shards with ``torch.distributed.checkpoint``; otherwise rank 0 writes everything (None elsewhere)."""
     if state.sharded:
-        return save_checkpoint(directory, state.step, state.to_dict(), sharded=sharded_state(modules))
+        # torch.distributed.checkpoint builds an optimiser's state by stepping it with zero gradients
+        # and lr 0 when it has none (Adam's step count then starts at 1): the optimisers that had not
+        # stepped yet (RL's, at the end of the warm start) are put back as they were, and named in
+        # the checkpoint so that a resume puts them back the same way.
+        fresh = [name for name, (_, opt) in modules.items() if opt is not None and not opt.state]
+        state = replace(state, fresh_optimizers=fresh or None)
+        path = save_checkpoint(
+            directory, state.step, state.to_dict(), sharded=sharded_state(modules), name=state.name
+        )
+        _reset(modules, fresh)
+        return path
     if not is_main():
         return None
     full = state.to_dict()
@@ -90,7 +124,15 @@ def save_run(directory: Path, state: TrainState, modules: Modules) -> Path | Non
         full[name] = module.state_dict()
         if opt is not None:
             full[_optimizer_key(name)] = opt.state_dict()
-    return save_checkpoint(directory, state.step, full)
+    return save_checkpoint(directory, state.step, full, name=state.name)
+
+
+def _reset(modules: Modules, names: list[str]) -> None:
+    """Empty the state of the optimisers of ``names`` (as before their first step)."""
+    for name in names:
+        opt = modules[name][1] if name in modules else None
+        if opt is not None:
+            opt.state.clear()
 
 
 def restore_run(path: Path, modules: Modules, *, sharded: bool) -> TrainState:
@@ -105,6 +147,7 @@ def restore_run(path: Path, modules: Modules, *, sharded: bool) -> TrainState:
         )
     if sharded:
         load_sharded(path / SHARDED, modules)
+        _reset(modules, state.fresh_optimizers or [])
         return state
     for name, (module, opt) in modules.items():
         if name == "model" or name in full:
@@ -115,15 +158,21 @@ def restore_run(path: Path, modules: Modules, *, sharded: bool) -> TrainState:
 
 
 def save_checkpoint(
-    directory: Path, step: int, state: dict[str, Any], *, sharded: dict[str, Any] | None = None
+    directory: Path,
+    step: int,
+    state: dict[str, Any],
+    *,
+    sharded: dict[str, Any] | None = None,
+    name: str | None = None,
 ) -> Path:
-    """Write ``state`` (state dicts and plain values) to ``directory/step_NNNNN`` atomically.
+    """Write ``state`` (state dicts and plain values) to ``directory/step_NNNNN`` (or ``name``) atomically.
 
     With ``sharded`` (FSDP state dicts of DTensors), every rank must call this: each writes its own
     shards under ``step_NNNNN/sharded`` with ``torch.distributed.checkpoint``, and rank 0 writes
     ``state.pt`` last, so a checkpoint is complete exactly when ``state.pt`` exists."""
-    final = directory / step_name(step)
-    tmp = directory / f".{step_name(step)}.tmp"
+    name = name or step_name(step)
+    final = directory / name
+    tmp = directory / f".{name}.tmp"
     if is_main():
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -161,3 +210,19 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if rng["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
     return state
+
+
+def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
+    """Delete the checkpoints under ``directory`` that a resume no longer needs: every warm-start one
+    (``sft_*``) once an RL one (``step_*``) is complete, and all but the last ``keep`` RL ones
+    (``keep`` 0: none of those). Returns the paths deleted (rank 0 only; elsewhere nothing)."""
+    if not is_main():
+        return []
+    complete = RunDir.complete_in(directory)
+    steps = [p for p in complete if (checkpoint_order(p) or (0, 0))[0] == 1]
+    doomed = [p for p in complete if p not in steps] if steps else []
+    if keep > 0:
+        doomed += steps[:-keep]
+    for p in doomed:
+        shutil.rmtree(p, ignore_errors=True)
+    return doomed

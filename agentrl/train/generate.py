@@ -27,7 +27,15 @@ from torch import nn
 
 from agentrl.learn.models import autocast
 from agentrl.rollout.episode import BatchGenerateFn, Generation, Request, trim
-from agentrl.train.kv_cache import KV, EpisodeKVCache, PrefillStats, full_attention_kv, stack_left_padded
+from agentrl.train.kv_cache import (
+    KV,
+    EpisodeKVCache,
+    PrefillStats,
+    cache_kwarg,
+    full_attention_kv,
+    returned_cache,
+    stack_left_padded,
+)
 
 __all__ = ["Sample", "hf_generate_batch", "sample_batch"]
 
@@ -155,11 +163,11 @@ def _prefill(model, prompts, cached, pad_id, device):  # type: ignore[no-untyped
     input_ids, attn, positions = input_ids.to(device), attn.to(device), positions.to(device)
     past = DynamicCache(ddp_cache_data=stack_left_padded([kv for _, kv in cached], C)) if C else None
     out = model(
-        input_ids=input_ids, attention_mask=attn, position_ids=positions, past_key_values=past,
-        use_cache=True, **_last(model),
+        input_ids=input_ids, attention_mask=attn, position_ids=positions, use_cache=True,
+        **{cache_kwarg(model): past}, **_last(model),
     )  # fmt: skip
     next_pos = torch.tensor([len(p) for p in prompts], device=device)
-    return out.past_key_values, out.logits[:, -1], attn, next_pos, [len(x) for x in news]
+    return returned_cache(out), out.logits[:, -1], attn, next_pos, [len(x) for x in news]
 
 
 def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature, top_p, cache, keys):  # type: ignore[no-untyped-def]
@@ -176,6 +184,7 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
     tokens: list[list[int]] = [[] for _ in range(B)]
     lps: list[list[float]] = [[] for _ in range(B)]
     done = [False] * B
+    cache_arg = cache_kwarg(model)
     for _ in range(max_new_tokens):
         logp = _process(logits, temperature, top_p)
         V = logp.shape[-1]
@@ -198,10 +207,10 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
             input_ids=step_ids[:, None].to(device),
             attention_mask=attn,
             position_ids=next_pos[:, None],
-            past_key_values=past,
             use_cache=True,
+            **{cache_arg: past},
         )
-        past, logits = out.past_key_values, out.logits[:, -1]
+        past, logits = returned_cache(out), out.logits[:, -1]
         next_pos = next_pos + 1
     model.train(was_training)
     if cache is not None:

@@ -18,13 +18,22 @@ cached; for others (sliding windows, state-space layers) every turn is prefilled
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["KV", "EpisodeKVCache", "PrefillStats", "full_attention_kv", "stack_left_padded"]
+__all__ = [
+    "KV",
+    "EpisodeKVCache",
+    "PrefillStats",
+    "cache_kwarg",
+    "full_attention_kv",
+    "returned_cache",
+    "stack_left_padded",
+]
 
 # One episode's cache: per layer (keys, values), each [1, kv_heads, T, head_dim].
 KV = list[tuple[torch.Tensor, torch.Tensor]]
@@ -115,6 +124,27 @@ class EpisodeKVCache:
     def clear(self) -> None:
         """Drop every entry (after the weights change)."""
         self._entries.clear()
+
+
+def _forward_params(model: object) -> Mapping[str, object]:
+    """The parameters of the causal LM's own ``forward`` (through a peft or DDP wrapper, whose
+    ``forward`` takes ``*args, **kwargs``)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "module", model)
+    return inspect.signature(inner.forward).parameters  # type: ignore[attr-defined]
+
+
+def cache_kwarg(model: object) -> str:
+    """The name a model's ``forward`` takes its KV cache by: ``cache`` from transformers 5.2x on
+    (where ``past_key_values`` warns on every call), ``past_key_values`` before."""
+    params = _forward_params(model)
+    return "cache" if "cache" in params and "past_key_values" not in params else "past_key_values"
+
+
+def returned_cache(out: Mapping[str, object]) -> object:
+    """The KV cache a forward pass returned: ``out.cache`` on transformers that renamed it,
+    ``out.past_key_values`` before (read by key, so the renamed attribute's warning never fires)."""
+    keys = list(out.keys())
+    return out["cache"] if "cache" in keys else out["past_key_values"]
 
 
 def full_attention_kv(cache: object) -> KV | None:

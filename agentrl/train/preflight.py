@@ -9,6 +9,11 @@ flag and the path. Only light modules are imported (no torch), so a bad config i
 
 Under ``torchrun`` every rank checks its inputs, and rank 0 alone judges and clears the output
 directory (the other ranks would otherwise see rank 0's first files and call the directory used).
+
+One run writes a directory at a time: ``hold_output_dir`` takes its lock (``agentrl.runlock``) for
+the run's life and checks the directory again under it; a directory another live run holds is
+refused by ``check_output_dir`` already, in one line naming that run. A ``--resume`` of a run that
+stopped before its first checkpoint starts it over (nothing was saved that could be continued).
 """
 
 from __future__ import annotations
@@ -21,11 +26,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agentrl.errors import AgentRLError, ConfigError
+from agentrl.hub import check_hub_id
 from agentrl.outputs import check_output_dir as writable_dir
 from agentrl.rundir import RunDir
+from agentrl.runlock import OutputLock, lock_output, refuse_if_held
 from agentrl.train.config import TrainConfig, is_hub_id, resolve_input
 
-__all__ = ["check_inputs", "check_output_dir", "check_run", "prepare_output_dir", "setting_up"]
+__all__ = [
+    "check_inputs",
+    "check_output_dir",
+    "check_run",
+    "hold_output_dir",
+    "prepare_output_dir",
+    "setting_up",
+]
 
 
 def _rank_zero() -> bool:
@@ -75,8 +89,12 @@ def check_inputs(cfg: TrainConfig) -> None:
         path = _existing("model.path", m.path)
         if not (path / "config.json").is_file():
             raise ConfigError(f"model.path {m.path!r}: not a model directory (no {path / 'config.json'})")
+    elif not m.path.startswith("tiny:"):
+        check_hub_id("model.path", m.path)  # cached, or the hub says it exists: seconds, not a minute
     if m.tokenizer and not is_hub_id(m.tokenizer):
         _existing("model.tokenizer", m.tokenizer)
+    elif m.tokenizer and not Path(m.tokenizer).expanduser().exists():
+        check_hub_id("model.tokenizer", m.tokenizer, filename="tokenizer_config.json")
 
 
 def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool = False) -> None:
@@ -89,18 +107,33 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool 
         raise ConfigError("--resume and --overwrite exclude each other")
     writable_dir(out, flag="output_dir")
     run = RunDir(out)
+    if _rank_zero():  # under torchrun rank 0 holds the lock for every rank
+        refuse_if_held(run.lock_file, what=f"output_dir {out}")
     if resume:
         if not out.is_dir():
-            raise ConfigError(f"--resume: output_dir {out} does not exist: there is no run to resume")
-        if run.latest_checkpoint() is None:
-            what = (
-                "is empty"
-                if not any(out.iterdir())
-                else f"has no complete checkpoint under {run.checkpoints_dir}"
-            )
             raise ConfigError(
-                f"--resume: output_dir {out} {what}: there is nothing to resume (start over with --overwrite)"
+                f"--resume: output_dir {out} does not exist: there is no run to resume; "
+                "run without --resume to start one"
             )
+        if run.latest_checkpoint() is None:
+            ours, foreign = run.entries()
+            if foreign and ours:
+                raise ConfigError(
+                    f"--resume: output_dir {out} has no complete checkpoint under {run.checkpoints_dir} (the "
+                    f"run stopped before its first), and it cannot be started over there: it holds files "
+                    f"agentrl did not write ({_names(foreign)}); move them away or choose another output_dir"
+                )
+            if foreign:
+                raise ConfigError(
+                    f"--resume: output_dir {out} is not a run directory ({_names(foreign)}): there is "
+                    "nothing to resume; choose the run's output_dir"
+                )
+            if not ours:
+                raise ConfigError(
+                    f"--resume: output_dir {out} is empty: there is no run to resume; run without "
+                    "--resume to start one"
+                )
+            # A run stopped before its first checkpoint: the trainer starts it over (hold_output_dir).
         return
     if not _rank_zero():
         return
@@ -135,13 +168,40 @@ def prepare_output_dir(path: str | Path, *, overwrite: bool = False) -> list[str
     return RunDir(path).clear()
 
 
-@contextmanager
-def setting_up(path: str | Path, *, overwrite: bool = False) -> Iterator[None]:
-    """Around a run's setup, after ``check_run``: with ``overwrite``, delete the earlier run first
-    (saying what was deleted); if the setup fails in a directory that did not exist before, remove
-    the directory again, so a failed start leaves nothing behind (rank 0 only)."""
+def hold_output_dir(
+    path: str | Path, *, resume: bool = False, overwrite: bool = False
+) -> tuple[OutputLock | None, bool]:
+    """After ``check_run``: take ``path``'s lock for the run's life (rank 0; created if missing) and
+    check the directory again under it (another run may have written it meanwhile). Returns the
+    lock (None on other ranks) and whether the run starts over: a ``--resume`` with no complete
+    checkpoint yet (a kill during the setup or the first warm-start steps) runs from the beginning,
+    after deleting what the stopped run wrote (said on stderr)."""
     out = Path(path)
-    fresh = not out.exists()
+    lock = lock_output(RunDir(out).lock_file, what=f"output_dir {out}") if _rank_zero() else None
+    try:
+        check_output_dir(out, resume=resume, overwrite=overwrite)
+    except BaseException:
+        if lock is not None:
+            lock.release()  # and the directory it created
+        raise
+    start_over = resume and RunDir(out).latest_checkpoint() is None
+    if start_over and _rank_zero():
+        print(
+            f"output_dir {out}: the run stopped before its first checkpoint; starting it over",
+            file=sys.stderr,
+            flush=True,
+        )
+    return lock, start_over
+
+
+@contextmanager
+def setting_up(path: str | Path, *, overwrite: bool = False, fresh: bool | None = None) -> Iterator[None]:
+    """Around a run's setup, after ``check_run``: with ``overwrite``, delete the earlier run first
+    (saying what was deleted); if the setup fails in a directory that did not exist before
+    (``fresh``; by default: does not exist now), remove the directory again, so a failed start
+    leaves nothing behind (rank 0 only)."""
+    out = Path(path)
+    fresh = not out.exists() if fresh is None else fresh
     cleared = prepare_output_dir(out, overwrite=overwrite)
     if cleared:
         print(

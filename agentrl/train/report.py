@@ -53,13 +53,16 @@ class RunLog:
         self.rows: list[dict[str, Any]] = self.run.metrics()
         self._writers: list[Any] = []
 
-    def truncate_after(self, step: int) -> None:
+    def truncate_after(self, step: int, sft_step: int | None = None) -> None:
         """Resume after ``step``: forget the metrics, trajectories and per-token files of the later
         steps (the run recomputes them), drop a torn last line of ``metrics.jsonl`` (rewritten from
-        the rows read) and of ``sft.jsonl`` (cut), so that appending goes on from whole lines."""
+        the rows read) and of ``sft.jsonl`` (cut), so that appending goes on from whole lines.
+        ``sft_step`` (a resume inside the warm start): forget the warm-start losses after it too."""
         self.rows = [r for r in self.rows if r.get("step", 0) <= step]
         self.run.rewrite_metrics(self.rows)
         mend_jsonl_tail(self.run.sft_file)
+        if sft_step is not None:
+            self.run.rewrite_sft([r for r in self.run.sft() if r.get("sft/step", 0) <= sft_step])
         self.run.forget_after(step)
 
     def sft(self, k: int, loss: float) -> None:
@@ -102,9 +105,14 @@ class RunLog:
             w.close() if kind == "tb" else w.finish()
         self._writers = []
 
-    def finish(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def finish(
+        self, extra: dict[str, Any] | None = None, interrupted: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Write ``summary.json`` (with ``extra``: the evaluation's part) and ``reward_curve.png``;
-        return the summary. Rows of step 0 (an evaluation before RL) are no training step."""
+        return the summary. Rows of step 0 (an evaluation before RL) are no training step.
+        ``interrupted``: the run was stopped before its last step (Ctrl-C, SIGTERM); the summary
+        covers the steps logged, says so (``"interrupted": true``) and carries these fields (where a
+        resume goes on from)."""
         steps = [r for r in self.rows if r.get("step", 0) >= 1]
         rewards = [r.get(REWARD_KEY, 0.0) for r in steps]
         summary: dict[str, Any] = {
@@ -112,6 +120,8 @@ class RunLog:
             **summarize_rewards(rewards),
             **summarize_sources(steps),
         }
+        if interrupted is not None:
+            summary = {"interrupted": True, **interrupted, **summary}
         if steps:
             summary["time_s"] = sum(r.get("timing_s/step", 0.0) for r in steps)
             summary["final"] = {k: v for k, v in steps[-1].items() if not k.startswith("timing")}

@@ -5,11 +5,13 @@
 warm-starts the policy on oracle trajectories, then runs ``cfg.steps`` RL steps, showing each phase
 as it goes (``agentrl.train.progress``). The models are built by
 ``agentrl.train.build``, episodes sampled by the rollout engine chosen at setup
-(``agentrl.train.engines``), checkpoints written as a ``TrainState`` (``agentrl.train.checkpoint``);
+(``agentrl.train.engines``), checkpoints written as a ``TrainState`` (``agentrl.train.checkpoint``)
+when ``agentrl.train.checkpointing`` says, the warm start by ``agentrl.train.warm_start``;
 ``train_step`` reads as its numbered phases. Every step's trajectories are
 saved as JSONL, its metrics appended to ``metrics.jsonl`` (verl's metric names), and checkpoints
-written every ``checkpoint_every`` steps. Randomness is derived from (seed, step), so a resumed run
-continues exactly as an uninterrupted one would have.
+written during and after the warm start and every ``checkpoint_every`` steps. Randomness is derived
+from (seed, step), so a resumed run continues exactly as an uninterrupted one would have. The run
+holds its directory's lock (``agentrl.runlock``) from its checks to its end.
 """
 
 from __future__ import annotations
@@ -34,18 +36,9 @@ from agentrl.rollout.episode import Limits
 from agentrl.rundir import RunDir
 from agentrl.tokens import Expander, turn_stop_ids
 from agentrl.train.build import build_models, load_tokenizer, tokenizer_source
-from agentrl.train.checkpoint import TrainState, restore_run, save_run
+from agentrl.train.checkpointing import Checkpointing
 from agentrl.train.config import TrainConfig
-from agentrl.train.distributed import (
-    all_gather_objects,
-    all_reduce_sum,
-    barrier,
-    broadcast_parameters,
-    init_distributed,
-    is_main,
-    rank,
-    world_size,
-)
+from agentrl.train.distributed import all_gather_objects, all_reduce_sum, barrier, init_distributed, is_main
 from agentrl.train.engines import EpisodeLoop, RolloutEngine, make_engine
 from agentrl.train.evaluation import (
     check_evaluation,
@@ -54,17 +47,19 @@ from agentrl.train.evaluation import (
     make_evaluation,
     summary_extra,
 )
-from agentrl.train.fsdp import full_params, set_grad_divide
+from agentrl.train.fsdp import full_params
+from agentrl.train.interrupt import RunInterrupted, raise_on_sigterm, restore_sigterm
 from agentrl.train.overlap import OneStepOffPolicy, Presampled
-from agentrl.train.preflight import check_run, setting_up
+from agentrl.train.preflight import check_run, hold_output_dir, setting_up
 from agentrl.train.progress import Progress, make_progress
 from agentrl.train.report import RunLog
 from agentrl.train.scoring import StepJudge, build_batch
-from agentrl.train.sft import collect_oracle_trajectories, sft_step
+from agentrl.train.sft import collect_oracle_trajectories
 from agentrl.train.step_metrics import batch_metrics, mean_over_ranks, rollout_metrics
 from agentrl.train.step_sampling import StepSampling, step_seed
 from agentrl.train.token_log import collect_token_stats
 from agentrl.train.update import compute_advantages, update_actor, update_critic
+from agentrl.train.warm_start import WarmStart
 from agentrl.trajectory import Trajectory
 
 __all__ = ["Trainer"]
@@ -74,7 +69,7 @@ def _no_envs(n: int) -> list[Any]:
     return []
 
 
-class Trainer(StepSampling):
+class Trainer(StepSampling, Checkpointing, WarmStart):
     """Owns the env pool, models, engine, judge and logs of one run (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig, *, progress: bool = True) -> None:
@@ -83,6 +78,8 @@ class Trainer(StepSampling):
         self.progress = progress  # a live display on a terminal; plain lines otherwise (or when False)
         self.report: Progress = Progress()
         self.step = 0
+        self.warm_from: int | None = 0  # the warm start goes on after this step; None: none left
+        self.checkpoint_seconds: list[float] = []
 
     # ---- setup ---------------------------------------------------------------------------------
     def _device(self) -> torch.device:
@@ -104,6 +101,9 @@ class Trainer(StepSampling):
         """Build the env pool, tokenizer, models, optimisers and rollout engine; restore a checkpoint
         when resuming."""
         cfg, r = self.cfg, self.cfg.rollout
+        resume_from = self.resume_point(resume)  # and warm_from: a warm start left to run, or none
+        if resume and resume_from is None:
+            raise ConfigError(f"--resume: no checkpoint under {RunDir(self.out).checkpoints_dir}")
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         torch.manual_seed(cfg.seed)
@@ -128,7 +128,7 @@ class Trainer(StepSampling):
         self.pool = cf.ThreadPoolExecutor(max_workers=r.env_workers, thread_name_prefix="agentrl-env")
         self.sft_data: list[Trajectory] = []
         self._presampled: Presampled | None = None
-        if cfg.sft_steps > 0 and not resume:
+        if cfg.sft_steps > 0 and self.warm_from is not None:
             tasks = random.Random(step_seed(cfg.seed, "sft")).sample(self.tasks, len(self.tasks))
             with self.report.phase(f"oracle episodes for the warm start ({cfg.sft_episodes})"):
                 self.sft_data = collect_oracle_trajectories(
@@ -151,9 +151,11 @@ class Trainer(StepSampling):
         self.stop_ids = set(turn_stop_ids(self.tokenizer, generation_config=gen_cfg))
         self.expander = Expander(self.tokenizer, max_len=r.max_len, stop_token_ids=self.stop_ids)
         self.log = RunLog(self.out) if is_main() else None
-        if resume:
-            with self.report.phase("restoring the latest checkpoint"):
-                self._restore()
+        if self.sft_data:
+            self.new_warm_start()
+        if resume_from is not None:
+            with self.report.phase(f"restoring the latest checkpoint ({resume_from.name})"):
+                self._restore(resume_from)
         limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
         # staleness 1: a sampler thread tokenizes with a tokenizer of its own (a fast tokenizer shared
         # by two threads can fail with "Already borrowed"); a sampler process has its expander and envs
@@ -196,34 +198,6 @@ class Trainer(StepSampling):
     @property
     def critic(self) -> torch.nn.Module | None:
         return self.models.critic
-
-    # ---- checkpoints ----------------------------------------------------------------------------
-    def save(self) -> Path | None:
-        """Write a checkpoint of the current step; call it on every rank (FSDP ranks each write their
-        shards with ``torch.distributed.checkpoint``; otherwise rank 0 writes everything)."""
-        ms, config = self.models, self.cfg.model_dump(mode="json")
-        state = TrainState(self.step, ms.sched.state_dict(), ms.kl_ctrl.value, config, sharded=ms.fsdp,
-                           presampled=self._pending())  # fmt: skip
-        return save_run(RunDir(self.out).checkpoints_dir, state, ms.checkpointed())
-
-    def _pending(self) -> list[dict[str, Any]] | None:
-        """Staleness 1: every rank's batch sampled ahead (rank 0 writes them into the checkpoint)."""
-        ahead = self.sampler.pending() if self.sampler is not None else None
-        parts = all_gather_objects(None if ahead is None else ahead.to_dict())
-        return None if any(p is None for p in parts) else parts
-
-    def _restore(self) -> None:
-        path = RunDir(self.out).latest_checkpoint()
-        if path is None:
-            raise ConfigError(f"--resume: no checkpoint under {RunDir(self.out).checkpoints_dir}")
-        state = restore_run(path, self.models.checkpointed(), sharded=self.models.fsdp)
-        self.models.sched.load_state_dict(state.scheduler)
-        self.models.kl_ctrl.value = state.kl_coef
-        self.step = state.step
-        if state.presampled is not None and len(state.presampled) == world_size():
-            self._presampled = Presampled.from_dict(state.presampled[rank()])  # else: sampled again
-        if self.log is not None:
-            self.log.truncate_after(self.step)
 
     # ---- one RL step ------------------------------------------------------------------------------
     def _ref_logprobs(self, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
@@ -347,51 +321,27 @@ class Trainer(StepSampling):
         return mean_over_ranks(m)
 
     # ---- the run -------------------------------------------------------------------------------
-    def warm_start(self) -> None:
-        """``sft_steps`` supervised steps on the oracle trajectories collected at setup; then every
-        rank takes rank 0's weights, and the reference becomes the warm-started policy."""
-        cfg = self.cfg
-        if self.sft_data:
-            # Every rank trains on the same batches: under FSDP their summed gradients are averaged.
-            set_grad_divide(self.model, world_size())
-            opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=cfg.sft_lr)
-            rng = random.Random(step_seed(cfg.seed, "sft-batches"))
-            self.report.sft(0, cfg.sft_steps)
-            for k in range(1, cfg.sft_steps + 1):
-                loss = sft_step(
-                    self.model,
-                    opt,
-                    self.expander,
-                    self.sft_data,
-                    batch_size=cfg.sft_batch_size,
-                    rng=rng,
-                    pad_id=self.pad_id,
-                    micro_batch_tokens=cfg.algorithm.micro_batch_tokens,
-                )
-                if self.log is not None:
-                    self.log.sft(k, loss)
-                self.report.sft(k, cfg.sft_steps, loss)
-            set_grad_divide(self.model, 1.0)
-        if not self.models.fsdp:  # sharded ranks stay equal by construction
-            broadcast_parameters(self.model)
-        if self.ref is not None:
-            self.ref.load_state_dict(self.model.state_dict())
-
     def run(self, resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
         """Check, set up, warm-start (fresh runs), train ``cfg.steps`` steps; returns the final
         summary (an empty dict on ranks other than 0). ``output_dir`` must be new or empty, unless
-        ``resume`` (continue its latest checkpoint) or ``overwrite`` (delete the run in it first)."""
+        ``resume`` (continue its latest checkpoint) or ``overwrite`` (delete the run in it first).
+        The run holds the directory's lock throughout; Ctrl-C or SIGTERM ends it with a summary
+        marked interrupted (``RunInterrupted``)."""
+        lock, sigterm = None, raise_on_sigterm()
         try:
             check_run(self.cfg, resume=resume, overwrite=overwrite)  # before anything is built or written
             check_evaluation(self.cfg, self._env_config())
-            with setting_up(self.out, overwrite=overwrite):
+            lock, start_over = hold_output_dir(self.out, resume=resume, overwrite=overwrite)
+            resume, overwrite = resume and not start_over, overwrite or start_over
+            with setting_up(self.out, overwrite=overwrite, fresh=bool(lock and lock.created)):
                 self.setup(resume=resume)
-            if not resume:
+            if self.warm_from is not None:
                 self.warm_start()
             if self.log is not None:
                 self.log.start(self.cfg)
             try:
-                if not resume:
+                # before RL step 1: in a fresh run, or a resumed one killed before it had evaluated
+                if self.step == 0 and 0 not in RunDir(self.out).eval_files():
                     evaluate_before_rl(self)
                 self.report.start_steps(self.cfg.steps, self.step)
                 while self.step < self.cfg.steps:
@@ -410,11 +360,36 @@ class Trainer(StepSampling):
                 if self.evaluation is not None:
                     self.evaluation.close()
                 (self.sampler or self.engine).close()
-            with self.report.phase(f"checkpoint of step {self.step}"):
-                self.save()
+            if not self.saved():  # the last periodic checkpoint may be this step's already
+                with self.report.phase(f"checkpoint of step {self.step}"):
+                    self.save()
             if self.log is None:
                 return {}
             with self.report.phase("summary and reward curve"):
                 return self.log.finish(summary_extra(self))
+        except KeyboardInterrupt as e:
+            raise self._interrupted(e) from None
         finally:
             self.report.close()
+            restore_sigterm(sigterm)
+            if lock is not None:
+                lock.release()
+
+    def _interrupted(self, e: KeyboardInterrupt) -> RunInterrupted:
+        """Ctrl-C or SIGTERM: a summary and curve of the steps logged, marked interrupted; the error
+        says where ``--resume`` goes on from."""
+        sig = e.signal if isinstance(e, RunInterrupted) else "SIGINT"
+        latest = RunDir(self.out).latest_checkpoint()
+        where = (
+            f"--resume goes on from checkpoints/{latest.name}"
+            if latest is not None
+            else "no checkpoint yet: --resume starts the run over"
+        )
+        log = getattr(self, "log", None)  # None too when setup did not get that far
+        if log is not None:
+            try:
+                stopped = {"signal": sig, "last_checkpoint": latest.name if latest else None}
+                log.finish(summary_extra(self), interrupted=stopped)
+            except Exception as err:  # the summary is a courtesy: never hide the interruption behind it
+                warnings.warn(f"could not write the interrupted run's summary: {err}", stacklevel=2)
+        return RunInterrupted(f"{sig} after step {self.step} ({self.out}); {where}", signal=sig)

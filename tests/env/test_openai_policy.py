@@ -75,7 +75,7 @@ def test_missing_api_base_is_a_config_error(monkeypatch):
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
     with pytest.raises(ConfigError, match="api_base"):
         make_policy("openai:tiny")
-    with pytest.raises(ConfigError, match="unknown policy"):
+    with pytest.raises(ConfigError, match="make_policy builds chat policies only; load hf:PATH with"):
         make_policy("hf:tiny")
 
 

@@ -39,6 +39,7 @@ def test_exported_members():
         "record",
         "regex_lint",
         "rubric",
+        "rubric_lint",
         "score",
         "summary",
     }

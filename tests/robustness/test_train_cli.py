@@ -90,7 +90,11 @@ def test_overwrite_and_no_progress_print_each_phase_and_a_line_per_step_and_step
     assert steps == [1, 2] and all(type(s) is int for s in steps)
     # --overwrite deleted the older run first: none of its steps or checkpoints is left
     assert f"output_dir {run}: deleted the earlier run (checkpoints, metrics.jsonl)" in err
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00001", "step_00002"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "step_00000",
+        "step_00001",
+        "step_00002",
+    ]
 
 
 def test_a_second_run_into_a_used_directory_is_refused_and_overwrite_starts_over(finished, tmp_path):
@@ -111,7 +115,7 @@ def test_a_second_run_into_a_used_directory_is_refused_and_overwrite_starts_over
     Trainer(load_train_config(cfg, {"output_dir": str(run), "steps": 1}), progress=False).run(overwrite=True)
     # the old run is gone: one step, one checkpoint, one step of trajectories
     assert _steps(run) == [1]
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00001"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000", "step_00001"]
     assert sorted(p.name for p in (run / "trajectories").iterdir()) == ["step_00001.jsonl"]
     assert json.loads((run / "summary.json").read_text())["steps"] == 1
 

@@ -160,12 +160,16 @@ def test_output_dir_used_foreign_file_or_nothing_to_resume(tmp_path):
         check_output_dir(tmp_path / "missing", resume=True)
     (tmp_path / "empty").mkdir()
     with pytest.raises(
-        ConfigError, match=r"^--resume: output_dir .*empty is empty: there is nothing to resume"
+        ConfigError, match=r"^--resume: output_dir .*empty is empty: there is no run to resume; run without"
     ):
         check_output_dir(tmp_path / "empty", resume=True)
     shutil.rmtree(RunDir(out).checkpoints_dir)
-    with pytest.raises(ConfigError, match=r"has no complete checkpoint under .*checkpoints"):
+    with pytest.raises(
+        ConfigError, match=r"has no complete checkpoint under .*checkpoints .*cannot be started over there"
+    ):
         check_output_dir(out, resume=True)
+    (out / "notes.txt").unlink()
+    check_output_dir(out, resume=True)  # a run stopped before its first checkpoint: started over
 
 
 def test_overwrite_deletes_only_what_agentrl_wrote(tmp_path):

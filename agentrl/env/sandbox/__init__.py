@@ -16,12 +16,18 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from agentrl.cachedir import cache_root
+from agentrl.errors import ConfigError
 
-__all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "build", "materialize"]
+__all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "MAX_COMPANIES", "build", "materialize"]
+
+#: The most companies one build generates: the generator has 5,040 distinct company names, and
+#: 2,000 companies are 230,000 pages and 22,000 tasks, about a minute and 0.6 GB on one core.
+MAX_COMPANIES = 2000
 
 #: Bump when the generator's output changes, so cached builds are not reused.
 GENERATOR_VERSION = 4
@@ -50,11 +56,15 @@ def build(
     companies: int = 50,
     heldout: int = 0,
     llm_criteria: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind, family and split).
 
     ``heldout``: companies after the first ``companies`` whose tasks are the ``heldout`` split.
     ``llm_criteria`` adds ``LLM_CRITERION`` to every rubric (scoring then needs a judge model).
+    ``companies`` is at most ``MAX_COMPANIES`` (``ConfigError`` otherwise, before any work);
+    ``progress(done, total)`` is called after each company is rendered. ``out_dir`` is created only
+    when the files are written, so a build stopped while it generates leaves nothing behind.
     """
     from agentrl.env.sandbox.pages import render_company
     from agentrl.env.sandbox.tasks import make_tasks
@@ -64,26 +74,32 @@ def build(
         raise ValueError("companies must be at least 1")
     if heldout < 0:
         raise ValueError("heldout companies must be at least 0")
+    if companies + heldout > MAX_COMPANIES:
+        raise ConfigError(
+            f"companies: {companies + heldout} is over the cap of {MAX_COMPANIES} (the generator has 5,040 "
+            f"company names; {MAX_COMPANIES} companies are already {MAX_COMPANIES * 115:,} pages)"
+        )
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     world = make_world(seed, companies + heldout)
     page_rng, task_rng = random.Random(seed * 7919 + 1), random.Random(seed * 104729 + 2)
     pages: list[dict[str, Any]] = []
     tasks: list[dict[str, Any]] = []
-    for i, comp in enumerate(world):
+    for i, comp in enumerate(world, 1):
         cp = render_company(comp, page_rng)
         pages.extend(cp)
         made = make_tasks(comp, {p["id"]: p for p in cp}, task_rng)
-        if i >= companies:  # train tasks carry no key: a world without held-out companies is unchanged
+        if i > companies:  # train tasks carry no key: a world without held-out companies is unchanged
             for t in made:
                 t["split"] = "heldout"
         tasks.extend(made)
+        if progress is not None:
+            progress(i, companies + heldout)
     if llm_criteria:
         for t in tasks:
             t["rubric"]["criteria"].append(dict(LLM_CRITERION))
             t["ground_truth"]["max_score"] += LLM_CRITERION["weight"]
     tmp = out / ".tmp"
-    tmp.mkdir(exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
     with (tmp / "corpus.jsonl").open("w", encoding="utf-8") as f:
         for p in pages:
             f.write(json.dumps(p, ensure_ascii=False, sort_keys=True) + "\n")

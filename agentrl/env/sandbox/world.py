@@ -143,12 +143,24 @@ class Company:
         return out
 
 
+#: Draws ``_distinct`` makes before giving up on the band (a figure only its very edge moves).
+_MAX_DRAWS = 10_000
+
+
 def _distinct(rng: random.Random, actual: float, lo: float, hi: float) -> float:
-    """A prediction off by lo..hi (relative), never printing the same as ``actual``."""
-    while True:
-        v = round(actual * (1 + rng.choice((-1, 1)) * rng.uniform(lo, hi)), 1)
-        if money(v) != money(actual) and v > 0:
-            return v
+    """A prediction off by lo..hi (relative), never printing the same as ``actual``.
+
+    When no draw can print differently (a figure so small that ±hi rounds back to it, e.g. 0.2 with
+    hi 0.15; the loop never ended) or ``_MAX_DRAWS`` draws did not (only the band's edge can), the
+    prediction is one printed step away instead. Wherever the loop ended before, the draws are
+    exactly as before, so worlds that built still build byte for byte the same."""
+    far = [round(actual * (1 + s * hi), 1) for s in (-1, 1)]
+    if not all(money(v) == money(actual) or v <= 0 for v in far):
+        for _ in range(_MAX_DRAWS):
+            v = round(actual * (1 + rng.choice((-1, 1)) * rng.uniform(lo, hi)), 1)
+            if money(v) != money(actual) and v > 0:
+                return v
+    return round(actual + (0.1 if actual < 1000 else 100.0), 1)
 
 
 def _quarter_end(year: int, q: int) -> dt.date:

@@ -1,0 +1,209 @@
+"""One training config over several seeds and CPU kernel settings: the figures a learning claim needs.
+
+    OMP_NUM_THREADS=2 python -m tests.bench.seeds examples/quickstart.yaml --seeds 0,1,2,3,4 \\
+        [--kernels default,avx2] [--out runs/bench-seeds] [--set KEY=VALUE ...] [--check]
+
+Each (kernel setting, seed) is one ``agentrl train CONFIG --set seed=S`` in a subprocess, one after
+another (so each has the machine's cores to itself: run it on a quiet machine for the times). Kernel
+settings: ``default`` is PyTorch's choice for this CPU; ``avx2`` forces the AVX2 kernels
+(``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2``), so a machine with AVX-512 also shows the
+floating-point sums of an AVX2-only one; ``nosimd`` forces the scalar kernels (``ATEN_CPU_CAPABILITY=
+default``), a third summation order. The config must evaluate before and after RL (``eval:
+{before_train: true, at_end: true}``): the run's ``summary.json`` then holds the held-out
+``eval_before``/``eval_after`` scorecards and their paired ``eval_gain``.
+
+Printed: one row per run (training reward first → last 20% of steps, held-out before → after with
+intervals over tasks, the paired gain with its interval and p-value, wall time, the kernel torch
+used), then per kernel setting the mean ± sd over seeds, a 95% interval of the mean over seeds
+(t), the worst seed and the slowest run. ``--check`` also marks each run against the quickstart's
+bar (gain ≥ 0.10 with an interval above 0, after ≥ 0.25, ≤ 600 s) and exits 1 if one misses it. A
+finished run (its ``summary.json`` exists) is read, not run again, so an interrupted benchmark
+resumes; ``--json`` writes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+KERNELS: dict[str, dict[str, str]] = {
+    "default": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "nosimd": {"ATEN_CPU_CAPABILITY": "default"},
+}
+#: The quickstart's bar (issue #23): held-out gain and level, and wall time.
+BAR = {"gain": 0.10, "after": 0.25, "seconds": 600.0}
+# two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (no scipy needed)
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042]  # fmt: skip
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def kernel_env(kernel: str) -> dict[str, str]:
+    """The environment of a run with ``kernel``'s settings (the others removed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
+    return env | KERNELS[kernel]
+
+
+def capability(kernel: str) -> str:
+    """The kernel set torch picks under ``kernel``'s settings (``torch.backends.cpu.get_cpu_capability``)."""
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=kernel_env(kernel)
+    )
+    return done.stdout.strip() or "?"
+
+
+def run_one(config: str, seed: int, kernel: str, out: Path, sets: list[str]) -> dict[str, Any]:
+    """Train ``config`` with ``seed`` under ``kernel`` into ``out`` (or read a finished run) and return
+    its figures."""
+    summary = out / "summary.json"
+    timing = out / "bench_seconds.json"
+    if not summary.exists():
+        cmd = [sys.executable, "-m", "agentrl", "train", config, "--no-progress", "--overwrite"]
+        for kv in [f"seed={seed}", f"output_dir={out}", *sets]:
+            cmd += ["--set", kv]
+        t0 = time.monotonic()
+        done = subprocess.run(cmd, capture_output=True, text=True, env=kernel_env(kernel))
+        seconds = time.monotonic() - t0
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise SystemExit(f"seed {seed} ({kernel}): agentrl train failed: {tail}")
+        timing.write_text(json.dumps({"seconds": seconds}))
+    s = json.loads(summary.read_text())
+    seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else float("nan")
+    before, after, gain = s.get("eval_before") or {}, s.get("eval_after") or {}, s.get("eval_gain") or {}
+    if not before.get("reward") or not after.get("reward") or "difference" not in gain:
+        raise SystemExit(
+            f"{summary}: no eval_before/eval_after/eval_gain: set eval.before_train and eval.at_end"
+        )
+    return {
+        "seed": seed,
+        "kernel": kernel,
+        "seconds": seconds,
+        "train_first": s.get("reward_first"),
+        "train_last": s.get("reward_last"),
+        "before": before["reward"],
+        "after": after["reward"],
+        "gain": gain["difference"],
+        "p_value": gain["p_value"],
+        "tasks": after["tasks"],
+        "episodes": after["episodes"],
+        "out": str(out),
+    }
+
+
+def _ci_over_seeds(xs: list[float]) -> tuple[float, float, float, float]:
+    """Mean, sd, and the 95% t interval of the mean over seeds."""
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, 0.0, m, m
+    sd = statistics.stdev(xs)
+    h = _T975[min(len(xs) - 2, len(_T975) - 1)] * sd / math.sqrt(len(xs))
+    return m, sd, m - h, m + h
+
+
+def meets_bar(r: dict[str, Any]) -> bool:
+    """Whether one run clears the quickstart's bar (``BAR``)."""
+    g = r["gain"]
+    return (
+        g["mean"] >= BAR["gain"]
+        and g["low"] > 0
+        and r["after"]["mean"] >= BAR["after"]
+        and r["seconds"] <= BAR["seconds"]
+    )
+
+
+def table(rows: list[dict[str, Any]], check: bool) -> str:
+    """Markdown: a row per run, then a summary per kernel setting."""
+    f = "{:.3f}".format
+    head = "| kernel | seed | train first → last | held-out before [95% CI] | after [95% CI] | gain [95% CI] | p | time |"
+    lines = [head + (" bar |" if check else ""), "|" + "---|" * (8 + check)]
+    for r in rows:
+        b, a, g = r["before"], r["after"], r["gain"]
+        line = (
+            f"| {r['kernel']} ({r['capability']}) | {r['seed']} | {f(r['train_first'])} → {f(r['train_last'])} "
+            f"| {f(b['mean'])} [{f(b['low'])}, {f(b['high'])}] | {f(a['mean'])} [{f(a['low'])}, {f(a['high'])}] "
+            f"| {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] | {r['p_value']:.4f} | {r['seconds'] / 60:.1f} min |"
+        )
+        lines.append(line + (f" {'yes' if meets_bar(r) else 'NO'} |" if check else ""))
+    lines.append("")
+    for kernel in dict.fromkeys(r["kernel"] for r in rows):
+        rs = [r for r in rows if r["kernel"] == kernel]
+        for name, key in (("held-out after", "after"), ("held-out gain", "gain")):
+            m, sd, lo, hi = _ci_over_seeds([r[key]["mean"] for r in rs])
+            worst = min(rs, key=lambda r: r[key]["mean"])
+            lines.append(
+                f"- {kernel}, {name}: {m:.3f} ± {sd:.3f} over {len(rs)} seeds (95% CI of the mean "
+                f"[{lo:.3f}, {hi:.3f}]{', includes 0' if lo <= 0 <= hi else ''}); worst seed {worst['seed']}: "
+                f"{worst[key]['mean']:.3f}"
+            )
+        excl = sum(r["gain"]["low"] > 0 for r in rs)
+        slow = max(rs, key=lambda r: r["seconds"])
+        lines.append(
+            f"- {kernel}: the gain's interval excludes 0 in {excl} of {len(rs)} runs; slowest seed "
+            f"{slow['seed']}: {slow['seconds'] / 60:.1f} min"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("config")
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds (0,1,2,3,4)")
+    ap.add_argument("--kernels", default="default,avx2", help=f"comma-separated, of {', '.join(KERNELS)}")
+    ap.add_argument("--out", default="runs/bench-seeds", help="a run directory per kernel and seed goes here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override")
+    ap.add_argument("--check", action="store_true", help="mark each run against the quickstart's bar")
+    ap.add_argument("--json", default=None, help="write every figure here")
+    args = ap.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    bad = [k for k in kernels if k not in KERNELS]
+    if bad:
+        ap.error(f"--kernels: unknown {bad[0]!r} (known: {', '.join(KERNELS)})")
+    threads = os.environ.get("OMP_NUM_THREADS", "(unset)")
+    print(f"CPU: {cpu_name()} · {os.cpu_count()} cores · OMP_NUM_THREADS={threads}", flush=True)
+    rows = []
+    for kernel in kernels:
+        cap = capability(kernel)
+        for seed in seeds:
+            r = run_one(args.config, seed, kernel, Path(args.out) / f"{kernel}-seed{seed}", args.set)
+            r["capability"] = cap
+            rows.append(r)
+            print(
+                f"{kernel} seed {seed}: held-out {r['before']['mean']:.3f} → {r['after']['mean']:.3f} "
+                f"(gain {r['gain']['mean']:+.3f} [{r['gain']['low']:+.3f}, {r['gain']['high']:+.3f}]) in "
+                f"{r['seconds'] / 60:.1f} min",
+                flush=True,
+            )
+    print(table(rows, args.check))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"cpu": cpu_name(), "threads": threads, "runs": rows}, indent=1)
+        )
+    return 1 if args.check and not all(meets_bar(r) for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
