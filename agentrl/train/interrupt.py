@@ -1,10 +1,13 @@
 """A run stopped from outside (Ctrl-C, SIGTERM from a scheduler or ``kill``) ends like a failed one:
 its ``finally`` blocks run, and it leaves a summary and curve marked interrupted.
 
-Python turns Ctrl-C into ``KeyboardInterrupt``, but SIGTERM's default kills the process at once;
-``raise_on_sigterm`` makes SIGTERM raise ``RunInterrupted`` in the main thread instead (elsewhere
-it changes nothing: only the main thread may set handlers), and ``restore_sigterm`` undoes it. A
-SIGKILL or the OOM killer cannot be caught: the checkpoints are what survive those.
+Python turns Ctrl-C into ``KeyboardInterrupt`` wherever the main thread is. SIGTERM's default kills
+the process at once; ``raise_on_sigterm`` makes it a request instead: the run stops at the next
+*stop point* (``check_stop``, after each warm-start and RL step), where nothing is half done, by
+raising ``RunInterrupted``. A second SIGTERM does not wait: it raises at once, like Ctrl-C. (An
+exception raised from a signal handler lands at whatever bytecode runs, in the middle of an event
+loop's set-up or a thread pool's shutdown, say; a stop point never does.) ``restore_sigterm``
+undoes it. A SIGKILL or the OOM killer cannot be caught: the checkpoints are what survive those.
 """
 
 from __future__ import annotations
@@ -15,23 +18,40 @@ from typing import Any
 
 from agentrl.errors import RunInterrupted
 
-__all__ = ["RunInterrupted", "raise_on_sigterm", "restore_sigterm"]
+__all__ = ["RunInterrupted", "check_stop", "raise_on_sigterm", "restore_sigterm", "stop_requested"]
 
 _UNSET = object()
+_REQUESTED = threading.Event()
 
 
-def _raise(signum: int, frame: Any) -> None:
-    raise RunInterrupted("", signal="SIGTERM")
+def _on_sigterm(signum: int, frame: Any) -> None:
+    if _REQUESTED.is_set():  # asked twice: stop now
+        raise RunInterrupted("", signal="SIGTERM")
+    _REQUESTED.set()
+
+
+def stop_requested() -> bool:
+    """Whether a SIGTERM asked the run to stop."""
+    return _REQUESTED.is_set()
+
+
+def check_stop(requested: bool | None = None) -> None:
+    """A stop point: raise ``RunInterrupted`` if a SIGTERM asked to stop. ``requested``: the
+    decision when the caller made it (all ranks of a distributed run must agree on it)."""
+    if stop_requested() if requested is None else requested:
+        raise RunInterrupted("", signal="SIGTERM")
 
 
 def raise_on_sigterm() -> Any:
-    """Make SIGTERM raise ``RunInterrupted`` (main thread only); returns what ``restore_sigterm`` needs."""
+    """Make SIGTERM ask for a stop (main thread only); returns what ``restore_sigterm`` needs."""
     if threading.current_thread() is not threading.main_thread():
         return _UNSET
-    return signal.signal(signal.SIGTERM, _raise)
+    _REQUESTED.clear()
+    return signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def restore_sigterm(previous: Any) -> None:
     """Put back the SIGTERM handler ``raise_on_sigterm`` replaced."""
     if previous is not _UNSET and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        _REQUESTED.clear()

@@ -48,7 +48,7 @@ from agentrl.train.evaluation import (
     summary_extra,
 )
 from agentrl.train.fsdp import full_params
-from agentrl.train.interrupt import RunInterrupted, raise_on_sigterm, restore_sigterm
+from agentrl.train.interrupt import RunInterrupted, check_stop, raise_on_sigterm, restore_sigterm, stop_requested
 from agentrl.train.overlap import OneStepOffPolicy, Presampled
 from agentrl.train.preflight import check_run, hold_output_dir, setting_up
 from agentrl.train.progress import Progress, make_progress
@@ -353,6 +353,8 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
                     every = self.cfg.checkpoint_every
                     if every and self.step % every == 0:
                         self.save()
+                    if self.step < self.cfg.steps:  # a SIGTERM stops here, between steps (all ranks agree)
+                        check_stop(all_reduce_sum(float(stop_requested())) > 0)
             finally:
                 if self.log is not None:
                     self.log.stop()

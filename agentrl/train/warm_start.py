@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from agentrl.train.distributed import broadcast_parameters, world_size
+from agentrl.train.distributed import all_reduce_sum, broadcast_parameters, world_size
 from agentrl.train.fsdp import set_grad_divide
+from agentrl.train.interrupt import check_stop, stop_requested
 from agentrl.train.sft import sft_step
 from agentrl.train.step_sampling import step_seed
 
@@ -74,6 +75,8 @@ class WarmStart:
                 self.report.sft(k, cfg.sft_steps, loss)
                 if every and k % every == 0 and k < cfg.sft_steps:
                     self.save_warm(k)  # type: ignore[attr-defined]
+                if k < cfg.sft_steps:  # a SIGTERM stops here, between steps (all ranks agree)
+                    check_stop(all_reduce_sum(float(stop_requested())) > 0)
             set_grad_divide(self.model, 1.0)
         if not self.models.fsdp:  # sharded ranks stay equal by construction
             broadcast_parameters(self.model)

@@ -128,10 +128,11 @@ def test_killed_in_the_warm_start_then_stopped_in_rl_resumes_exactly(reference, 
     assert rc == -signal.SIGKILL
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["sft_00002"]
     assert not (run / "summary.json").exists()
-    # 2. a plain re-run says what to do; --resume goes on, and SIGTERM stops it after RL step 3
+    # 2. a plain re-run says what to do; --resume goes on, and a SIGTERM during RL step 3 stops it
+    # once that step is done (a SIGTERM stops a run between steps)
     with pytest.raises(ConfigError, match=r"already holds a run .*--resume continues it"):
         check_output_dir(run)
-    rc, err = _kill_when(cfg, run, lambda r: _lines(r / "metrics.jsonl") >= 3, signal.SIGTERM, "--resume")
+    rc, err = _kill_when(cfg, run, lambda r: _lines(r / "metrics.jsonl") >= 2, signal.SIGTERM, "--resume")
     assert rc == 143, err[-3000:]
     assert "restoring the latest checkpoint (sft_00002)" in err
     last = err.strip().splitlines()[-1]
@@ -141,7 +142,7 @@ def test_killed_in_the_warm_start_then_stopped_in_rl_resumes_exactly(reference, 
     assert last.endswith("--resume goes on from checkpoints/step_00002"), last
     summary = json.loads((run / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["last_checkpoint"] == "step_00002"
-    assert summary["steps"] >= 3 and (run / "reward_curve.png").stat().st_size > 0
+    assert summary["steps"] in (2, 3) and (run / "reward_curve.png").stat().st_size > 0
     # 3. resumed from RL step 2: the finished run is the uninterrupted one
     p = _finish(cfg, run, "--resume")
     assert "restoring the latest checkpoint (step_00002)" in p.stderr
