@@ -48,7 +48,13 @@ from agentrl.train.evaluation import (
     summary_extra,
 )
 from agentrl.train.fsdp import full_params
-from agentrl.train.interrupt import RunInterrupted, check_stop, raise_on_sigterm, restore_sigterm, stop_requested
+from agentrl.train.interrupt import (
+    RunInterrupted,
+    check_stop,
+    raise_on_sigterm,
+    restore_sigterm,
+    stop_requested,
+)
 from agentrl.train.overlap import OneStepOffPolicy, Presampled
 from agentrl.train.preflight import check_run, hold_output_dir, setting_up
 from agentrl.train.progress import Progress, make_progress
