@@ -48,6 +48,7 @@ from agentrl.train.evaluation import (
     summary_extra,
 )
 from agentrl.train.fsdp import full_params
+from agentrl.train.health import HealthWatch, health_metrics
 from agentrl.train.interrupt import (
     RunInterrupted,
     check_stop,
@@ -84,6 +85,7 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         self.progress = progress  # a live display on a terminal; plain lines otherwise (or when False)
         self.report: Progress = Progress()
         self.step = 0
+        self.health = HealthWatch()  # warns when RL has nothing to learn from (agentrl.train.health)
         self.warm_from: int | None = 0  # the warm start goes on after this step; None: none left
         self.checkpoint_seconds: list[float] = []
 
@@ -298,7 +300,9 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         )
         m.update(stats)
         t3 = time.perf_counter()
-        m.update(rollout_metrics(sampled, self.page_kinds, step))
+        m.update(
+            rollout_metrics(sampled, self.page_kinds, step) | health_metrics(sampled, cfg.judge.normalize)
+        )
         # The update's collectives need every rank: if any rank has nothing trainable this step
         # (every trajectory a judge error, say), all ranks skip the update rather than hang.
         empty_ranks = all_reduce_sum(0.0 if batch else 1.0)
@@ -350,12 +354,15 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
                 if self.step == 0 and 0 not in RunDir(self.out).eval_files():
                     evaluate_before_rl(self)
                 self.report.start_steps(self.cfg.steps, self.step)
+                self.health.first = self.step == 0  # the warm-start check is of RL step 1 only
                 while self.step < self.cfg.steps:
                     metrics = self.train_step()
                     metrics.update(evaluate_after_step(self, self.step))
                     if self.log is not None:
                         self.log.step(metrics)
                     self.report.step(metrics)
+                    for line in self.health.check(metrics):
+                        self.report.note(line)
                     every = self.cfg.checkpoint_every
                     if every and self.step % every == 0:
                         self.save()
