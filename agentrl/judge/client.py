@@ -159,6 +159,22 @@ def _status(e: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def _error_text(e: BaseException) -> str:
+    """What an HTTP error says: its message, and the server's body where the SDK kept it apart
+    (openai 3 drops a body whose ``error`` is a plain string from the message: ``Error code: 400``)."""
+    parts = [str(e)]
+    body = getattr(e, "body", None)
+    if body is not None:
+        parts.append(str(body))
+    try:
+        text = getattr(getattr(e, "response", None), "text", None)
+    except Exception:  # a streamed response that was never read
+        text = None
+    if isinstance(text, str):
+        parts.append(text[:2000])
+    return " ".join(parts)
+
+
 def _retry_after(e: BaseException) -> float | None:
     """Seconds the server asked us to wait (``Retry-After``: seconds or an HTTP date), if any."""
     for headers in (
@@ -321,7 +337,7 @@ async def complete(
         return call
 
     def failed(e: BaseException) -> None:
-        if mode != "given" and forms[form] != "none" and names_response_format(_status(e), str(e)):
+        if mode != "given" and forms[form] != "none" and names_response_format(_status(e), _error_text(e)):
             note_refused(mode, base, model, form)
 
     request = Deferred(make, failed)
@@ -333,8 +349,8 @@ async def complete(
             raise
         except Exception as e:
             status = _status(e)
-            detail = f"{type(e).__name__}" + (f" {status}" if status else "") + f": {str(e)[:200]}"
-            if mode != "given" and forms[form] != "none" and names_response_format(status, str(e)):
+            detail = f"{type(e).__name__}" + (f" {status}" if status else "") + f": {_error_text(e)[:300]}"
+            if mode != "given" and forms[form] != "none" and names_response_format(status, _error_text(e)):
                 if form + 1 < len(forms):  # the worker noted the refusal (``failed``)
                     form += 1
                     continue

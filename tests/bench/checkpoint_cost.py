@@ -28,13 +28,13 @@ def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", default=str(ROOT / "examples" / "quickstart.yaml"))
     ap.add_argument("--sft-steps", type=int, default=20)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--saves", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         over = {"output_dir": str(Path(tmp) / "run"), "sft_steps": args.sft_steps, "steps": args.steps}
         cfg = load_train_config(args.config, {**over, "sft_checkpoint_every": 0})

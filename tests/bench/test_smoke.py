@@ -292,3 +292,83 @@ def test_step_memory(at_root: None, capsys: pytest.CaptureFixture[str]) -> None:
     # The same batch and advantages in both: the same pg_loss (the ratios to the batch's old log-probs
     # of -10 are all clipped, so it does not depend on the logits; the figures here are memory).
     assert rows[0][5] == rows[1][5]
+
+
+def _tiny_config(tmp_path: Path, **over: object) -> str:
+    """tests/train's tiny config as a YAML file (an in-process tokenizer, two tasks per group)."""
+    import yaml
+
+    from tests.train.learning_signal import config_dict
+
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(config_dict(**over)))
+    return str(path)
+
+
+@pytest.mark.slow
+@smoke("checkpoint_cost")
+def test_checkpoint_cost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import checkpoint_cost
+
+    config = _tiny_config(tmp_path, sft_steps=2, checkpoint_every=3, sft_checkpoint_every=5)
+    checkpoint_cost.main([config, "--sft-steps", "1", "--steps", "1", "--saves", "2"])
+    out = capsys.readouterr().out
+    assert "checkpoint_every 3, sft_checkpoint_every 5" in out
+    size_mib = numbers(lines(out, "checkpoint:")[0])[2]
+    assert size_mib > 0
+    for prefix in ("RL step:", "warm-start step:", "every 3 RL steps:", "every 5 warm-start steps:"):
+        assert len(lines(out, prefix)) == 1, out
+        assert all(x >= 0 for x in numbers(lines(out, prefix)[0])), out
+
+
+@pytest.mark.slow
+@smoke("seeds")
+def test_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two real tiny runs with an evaluation before and after RL, read back as a table; run again,
+    the finished runs are read, not trained again; --check exits 1 when a run misses the bar."""
+    from agentrl.env.sandbox import build
+    from tests.bench import seeds
+
+    suite = tmp_path / "suite"
+    build(suite, seed=7, companies=2, heldout=1)
+    ev = {"before_train": True, "at_end": True, "n": 2, "limit": 2}
+    config = _tiny_config(tmp_path, **{"rollout.suite": str(suite), "sft_steps": 1, "steps": 1, "eval": ev})
+    argv = [config, "--seeds", "0,1", "--kernels", "avx2", "--out", str(tmp_path / "runs")]
+    assert seeds.main([*argv, "--json", str(tmp_path / "seeds.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU: ")
+    rows = [line for line in out.splitlines() if line.startswith("| avx2 (")]
+    assert [r.split("|")[2].strip() for r in rows] == ["0", "1"], out
+    figures = json.loads((tmp_path / "seeds.json").read_text())["runs"]
+    assert [r["seed"] for r in figures] == [0, 1] and all(r["capability"] == "AVX2" for r in figures)
+    for r in figures:
+        for key in ("before", "after", "gain"):
+            assert r[key]["low"] <= r[key]["mean"] <= r[key]["high"], (key, r[key])
+        assert r["gain"]["mean"] == pytest.approx(r["after"]["mean"] - r["before"]["mean"], abs=1e-9)
+        assert r["tasks"] == 2 and r["episodes"] == 4 and r["seconds"] > 0
+    summary = [line for line in out.splitlines() if line.startswith("- avx2, held-out gain: ")]
+    assert len(summary) == 1 and "over 2 seeds" in summary[0] and "worst seed" in summary[0], out
+
+    stamps = [(tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)]
+    assert seeds.main([*argv, "--check"]) == 1  # a 1-step tiny run is nowhere near the bar
+    again = capsys.readouterr().out
+    assert again.count(" NO |") == 2
+    assert stamps == [(tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)]
+
+
+def test_seeds_summary_over_seeds() -> None:
+    """The interval over seeds: the t quantile for n-1 degrees of freedom, the worst seed, 'includes 0'."""
+    from tests.bench import seeds
+
+    def run(seed: int, gain: float) -> dict:
+        iv = {"mean": gain, "low": gain - 0.05, "high": gain + 0.05}
+        return {"seed": seed, "kernel": "default", "capability": "AVX2", "seconds": 300.0 + seed,
+                "train_first": 0.0, "train_last": 0.5, "before": iv | {"mean": 0.0},
+                "after": iv, "gain": iv, "p_value": 0.01}  # fmt: skip
+
+    m, sd, lo, hi = seeds._ci_over_seeds([0.1, 0.2, 0.3])
+    assert (m, sd) == pytest.approx((0.2, 0.1)) and hi - m == pytest.approx(4.303 * 0.1 / 3**0.5)
+    text = seeds.table([run(0, 0.3), run(1, -0.1), run(2, 0.2)], check=True)
+    assert "worst seed 1: -0.100" in text and "includes 0" in text and "slowest seed 2: 5.0 min" in text
+    assert "excludes 0 in 2 of 3 runs" in text
+    assert [seeds.meets_bar(r) for r in (run(0, 0.3), run(1, 0.05))] == [True, False]
