@@ -407,10 +407,13 @@ class RunDir:
         cfg: dict[str, Any] = {}
         if self.config_file.is_file():
             cfg = json.loads(self.config_file.read_text(encoding="utf-8"))
-        elif (self.path / CONFIG_YAML).is_file():
-            import yaml
+        elif (path := self.path / CONFIG_YAML).is_file():
+            from agentrl.yamlload import load_yaml, read_text
 
-            cfg = yaml.safe_load((self.path / CONFIG_YAML).read_text(encoding="utf-8")) or {}
+            text = read_text(path, error=ConfigError, missing="no such file", what="run config")
+            cfg = load_yaml(text, str(path), error=ConfigError)[0] or {}
+            if not isinstance(cfg, dict):
+                raise ConfigError(f"{path}: a training config must be a mapping, got {type(cfg).__name__}")
         elif (latest := self.latest_checkpoint()) is not None:
             import torch
 

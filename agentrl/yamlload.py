@@ -1,4 +1,5 @@
-"""The one loader of the YAML files users write (training configs, rubrics).
+"""The one loader of the YAML files users write: training configs, rubrics, a suite's ``env.yaml`` and
+``sandbox.yaml``, the engine integrations' settings and a run directory's hand-made ``config.yaml``.
 
 Safe loading only. A key given twice in one mapping is an error at its second occurrence (YAML
 keeps the last one silently), ``file:line:column: key.path: duplicate key``; every other YAML

@@ -23,7 +23,7 @@ LAYERS = {
     "algos": 0,
     "rundir": 0,
     "outputs": 0,
-    "yamlload": 0,
+    "yamlload": -0.5,  # the one YAML loader: below the run directory, which reads a hand-made config.yaml
     "cachedir": 0,
     "hub": 0,  # hub ids: cached, or the hub answers (stdlib; httpx when asked)
     "runlock": 0,  # one writer per output (stdlib)
@@ -51,7 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     "trajectory": {"errors", "jsonl"},
     "algos": set(),
     "seeds": set(),
-    "rundir": {"errors", "jsonl"},
+    "rundir": {"errors", "jsonl", "yamlload"},
     "outputs": {"errors"},
     "yamlload": {"errors"},
     "cachedir": set(),
@@ -95,8 +95,18 @@ ALLOWED: dict[str, set[str]] = {
         "rollout",
         "outputs",
     },
-    "explain": {"errors", "trajectory", "algos", "rundir", "tokens"},
-    "integrations": {"errors", "trajectory", "judge", "tokens", "env", "rollout", "seeds", "outputs"},
+    "explain": {"errors", "trajectory", "algos", "rundir", "tokens", "yamlload"},
+    "integrations": {
+        "errors",
+        "trajectory",
+        "judge",
+        "tokens",
+        "env",
+        "rollout",
+        "seeds",
+        "outputs",
+        "yamlload",
+    },
     "cli": set(LAYERS) - {"cli"} | {""},
 }
 

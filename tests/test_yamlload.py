@@ -1,4 +1,5 @@
-"""``agentrl.yamlload``: the one YAML loader behind training configs and rubrics. Both refuse a
+"""``agentrl.yamlload``: the one YAML loader behind training configs and rubrics (and env.yaml,
+sandbox.yaml, integration settings, a run's hand-made config.yaml). Both refuse a
 duplicate key at the same file:line:column, each naming the key its own way (configs dotted,
 rubrics indexed), and report YAML errors with the same line."""
 
@@ -64,3 +65,83 @@ def test_configs_and_rubrics_report_bad_yaml_alike(tmp_path, text, where):
     path.write_text(text)
     config, rubric = _both(path)
     assert config == rubric and config.startswith(f"{path}:{where}")
+
+
+def _suite_dir(tmp_path, name: str, text: str):
+    root = tmp_path / "suite"
+    root.mkdir()
+    (root / name).write_text(text)
+    return root, root / name
+
+
+def _env_yaml(tmp_path, text):
+    from agentrl.env.suite import load_suite
+
+    root, path = _suite_dir(tmp_path, "env.yaml", text)
+    return path, lambda: load_suite(root)
+
+
+def _sandbox_yaml(tmp_path, text):
+    from agentrl.env.suite import load_suite
+
+    root, path = _suite_dir(tmp_path, "sandbox.yaml", text)
+    return path, lambda: load_suite(root)
+
+
+def _settings(tmp_path, text):
+    from agentrl.integrations.settings import load_settings
+
+    path = tmp_path / "agentrl.yaml"
+    path.write_text(text)
+    return path, lambda: load_settings(path)
+
+
+def _run_config(tmp_path, text):
+    from agentrl.rundir import RunDir
+
+    (tmp_path / "config.yaml").write_text(text)
+    return tmp_path / "config.yaml", lambda: RunDir(tmp_path).config()
+
+
+# Every other YAML file a user writes, read through the same loader: (a duplicate key, where).
+USER_FILES = {
+    "env.yaml": (_env_yaml, "budgets:\n  max_tool_calls: 3\nsearch_k: 2\nbudgets: {}\n", 4, 1, "budgets"),
+    "sandbox.yaml": (_sandbox_yaml, "seed: 1\ncompanies: 3\nseed: 2\n", 3, 1, "seed"),
+    "settings": (_settings, "env:\n  suite: sandbox\n  suite: other\n", 3, 3, "env.suite"),
+    "run-config.yaml": (
+        _run_config,
+        "algorithm:\n  name: ppo\n  gamma: 1\n  name: grpo\n",
+        4,
+        3,
+        "algorithm.name",
+    ),
+}
+
+
+@pytest.mark.parametrize(("make", "text", "line", "col", "key"), USER_FILES.values(), ids=list(USER_FILES))
+def test_env_sandbox_settings_and_run_configs_refuse_a_duplicate_key_where_it_is(
+    tmp_path, make, text, line, col, key
+):
+    path, load = make(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load()
+    assert str(e.value) == f"{path}:{line}:{col}: {key}: duplicate key"
+
+
+@pytest.mark.parametrize("make", [v[0] for v in USER_FILES.values()], ids=list(USER_FILES))
+def test_env_sandbox_settings_and_run_configs_name_the_line_of_bad_yaml(tmp_path, make):
+    path, load = make(tmp_path, "a: 1\nb: [1\n")
+    with pytest.raises(ConfigError) as e:
+        load()
+    assert str(e.value).startswith(f"{path}:3:1: not valid YAML") and "\n" not in str(e.value)
+
+
+def test_the_report_reads_no_texts_from_a_rubric_with_a_duplicate_key(tmp_path):
+    from agentrl.explain.report.rubrics import RubricTexts
+
+    good = "id: r\ncriteria:\n  - {id: a, text: first, weight: 1}\n"
+    (tmp_path / "r.yaml").write_text(good)
+    (tmp_path / "dup.yaml").write_text(good + "id: again\n")
+    texts = RubricTexts(tmp_path)
+    assert texts._file("r.yaml") == ("r", {"a": ("positive", "first")})
+    assert texts._file("dup.yaml") == (None, {})  # as unreadable: the report shows the verdicts anyway

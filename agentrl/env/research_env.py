@@ -36,7 +36,7 @@ from agentrl.env.tools import (
     render_search,
     system_prompt,
 )
-from agentrl.errors import ConfigError
+from agentrl.errors import ConfigError, RubricError
 from agentrl.trajectory import FunctionCall, Message, RewardBreakdown, ToolCall, Trajectory
 from agentrl.trajectory.outcome import ANSWERED, RUNNING, UNANSWERED, unanswered_reward
 
@@ -350,9 +350,10 @@ class ResearchEnv(gymnasium.Env[str, str]):
         data = self.suite.rubric_data(self.task)
         if isinstance(data, dict):
             return data
-        import yaml
+        from agentrl.yamlload import indexed, load_yaml
 
-        return yaml.safe_load(data)
+        source = str(self.suite.root / str(self.task.rubric))
+        return load_yaml(data, source, error=RubricError, name=indexed)[0]
 
     def close(self) -> None:
         """Nothing to release per env: backends and caches are shared per process."""

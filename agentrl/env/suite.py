@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agentrl.env.config import read_env_yaml
 from agentrl.env.sandbox import materialize
 from agentrl.errors import ConfigError
 
@@ -163,13 +164,20 @@ def _default_sandbox_dir() -> Path | None:
     return here if (here / "sandbox.yaml").exists() else None
 
 
+def _read_sandbox_yaml(path: Path) -> Any:
+    """The data of a ``sandbox.yaml``, read by ``agentrl.yamlload`` (size cap, duplicate keys and
+    errors at file:line:column, as ``ConfigError``)."""
+    from agentrl.yamlload import load_yaml, read_text
+
+    text = read_text(path, error=ConfigError, missing="no such file", what="sandbox spec")
+    return load_yaml(text, str(path), error=ConfigError)[0] or {}
+
+
 def load_suite(name_or_path: str | Path) -> Suite:
     """Load (once per process) a suite directory, or the default generated sandbox for ``sandbox``."""
     key = str(name_or_path)
     if key in _SUITES:
         return _SUITES[key]
-    import yaml
-
     if key == "sandbox":
         root = _default_sandbox_dir()
         if root is None:  # installed without the repository's envs/: build the default sandbox
@@ -180,15 +188,10 @@ def load_suite(name_or_path: str | Path) -> Suite:
         raise ConfigError(f"suite {key!r}: not a directory (expected env.yaml, corpus.jsonl, tasks.jsonl)")
     defaults: dict[str, Any] = {}
     if (root / "env.yaml").exists():
-        try:
-            defaults = yaml.safe_load((root / "env.yaml").read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{root / 'env.yaml'}: not valid YAML: {e}") from None
-        if not isinstance(defaults, dict):
-            raise ConfigError(f"{root / 'env.yaml'}: must be a mapping")
+        defaults = read_env_yaml(root / "env.yaml")
     data_dir = root
     if (root / "sandbox.yaml").exists() and not (root / "tasks.jsonl").exists():
-        spec = yaml.safe_load((root / "sandbox.yaml").read_text(encoding="utf-8")) or {}
+        spec = _read_sandbox_yaml(root / "sandbox.yaml")
         unknown = (
             sorted(set(spec) - {"seed", "companies", "heldout_companies"}) if isinstance(spec, dict) else []
         )

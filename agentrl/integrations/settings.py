@@ -11,12 +11,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
 from agentrl.tokens import Expander
+from agentrl.yamlload import load_yaml, read_text
 
 __all__ = ["AgentSettings", "expander_for", "load_settings"]
 
@@ -58,10 +58,8 @@ def load_settings(
         return data
     if isinstance(data, str | Path):
         source = str(data)
-        try:
-            data = yaml.safe_load(Path(data).read_text(encoding="utf-8")) or {}
-        except OSError as e:
-            raise ConfigError(f"{source}: cannot read agentrl settings: {e}") from e
+        text = read_text(Path(data), error=ConfigError, missing="no such file", what="agentrl settings")
+        data = load_yaml(text, source, error=ConfigError)[0] or {}
     if data is not None and not isinstance(data, dict):
         try:  # an OmegaConf DictConfig (verl, SkyRL) without importing omegaconf here
             from omegaconf import OmegaConf

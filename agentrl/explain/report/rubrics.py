@@ -50,16 +50,18 @@ class RubricTexts:
         return self._files[spec]
 
     def _load(self, spec: str) -> Any:
-        import yaml
+        from agentrl.errors import AgentRLError
+        from agentrl.yamlload import indexed, load_yaml, read_text
 
         names = [spec] if spec.endswith((".yaml", ".yml")) or "/" in spec else [spec, f"rubrics/{spec}.yaml"]
         for name in names:
             # as written (from where the run was started), then beside the run directory
             for path in (Path(name), self.run_dir / name, self.run_dir.parent / name):
                 try:
-                    if path.is_file() and path.stat().st_size < 1_000_000:
-                        return yaml.safe_load(path.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                    if path.is_file():
+                        text = read_text(path, error=AgentRLError, missing="no such file", what="rubric")
+                        return load_yaml(text, str(path), error=AgentRLError, name=indexed)[0]
+                except (OSError, AgentRLError):
                     continue
         return None
 
