@@ -88,21 +88,23 @@ def _explain_stored(args: argparse.Namespace):
         row_numbers,
         step_of,
     )
+    from agentrl.train.run_config import load_run_config
 
     trajs, torn = load_trajectories(args.trajectories)  # a torn last line: a note on stderr
     traj = pick(trajs, args.index, args.trajectories, torn)
     index = args.index % len(trajs)
     run = RunDir.open(args.run) if args.run else None
     tokenizer = load_tokenizer(args.tokenizer, args.run)
+    run_config, config_notes = load_run_config(run)
     settings = resolve_settings(
-        run.config() if run else None,
+        run_config,
         algorithm=args.algorithm or ("ppo" if args.critic and not run else None),
         gamma=args.gamma,
         lam=args.lam,
         max_len=args.max_len,
     )
     a = settings.algorithm
-    notes = list(settings.notes)
+    notes = [*config_notes, *settings.notes]
     common = {"index": index, "algorithm": a.name, "gamma": a.gamma, "lam": a.lam}
     r = traj.reward
     if tokenizer is None:

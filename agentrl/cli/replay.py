@@ -138,19 +138,22 @@ def _tensors(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
         step_of,
     )
     from agentrl.tokens import Expander
+    from agentrl.train.run_config import load_run_config
 
     run = RunDir.open(args.run) if args.run else None
     tokenizer = load_tokenizer(args.tokenizer, args.run)
     if tokenizer is None:
         raise ConfigError("--tensors needs a tokenizer: --tokenizer T or --run RUN_DIR")
+    run_config, config_notes = load_run_config(run)
     settings = resolve_settings(
-        run.config() if run else None,
+        run_config,
         algorithm=args.algorithm or ("ppo" if args.critic and not run else None),
         gamma=args.gamma,
         lam=args.lam,
         normalize=False if args.raw_reward else None,
         max_len=args.max_len,
     )
+    settings.notes[:0] = config_notes
     stored = None
     if run is not None:
         steps = {step_of(t, args.trajectories) for t in trajs}

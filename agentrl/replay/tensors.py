@@ -15,13 +15,12 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from agentrl.errors import ConfigError
 from agentrl.outputs import naming
-from agentrl.tokens.cut import DEFAULT_MAX_LEN
 from agentrl.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -30,7 +29,15 @@ if TYPE_CHECKING:
     from agentrl.learn.algorithm import AlgorithmConfig
     from agentrl.tokens import Expander
 
-__all__ = ["Rebuilt", "ReplaySettings", "rebuild_batch", "resolve_settings", "row_numbers", "save_tensors"]
+__all__ = [
+    "Rebuilt",
+    "ReplaySettings",
+    "RunConfig",
+    "rebuild_batch",
+    "resolve_settings",
+    "row_numbers",
+    "save_tensors",
+]
 
 #: The per-token numbers of a row that explain shows.
 NUMBER_FIELDS = (
@@ -56,8 +63,31 @@ class ReplaySettings:
     notes: list[str] = field(default_factory=list)
 
 
+class _JudgeSettings(Protocol):
+    @property
+    def normalize(self) -> bool: ...
+
+
+class _RolloutSettings(Protocol):
+    @property
+    def max_len(self) -> int: ...
+
+
+class RunConfig(Protocol):
+    """What a rebuild reads of a run's ``TrainConfig`` (``agentrl.train.run_config.load_run_config``
+    reads a run directory's; ``TrainConfig()`` is every default). Replay does not import the
+    trainer: it shares the update's code through ``agentrl.learn``."""
+
+    @property
+    def algorithm(self) -> AlgorithmConfig: ...
+    @property
+    def judge(self) -> _JudgeSettings: ...
+    @property
+    def rollout(self) -> _RolloutSettings: ...
+
+
 def resolve_settings(
-    run_config: dict[str, Any] | None = None,
+    run_config: RunConfig,
     *,
     algorithm: str | None = None,
     gamma: float | None = None,
@@ -65,15 +95,14 @@ def resolve_settings(
     normalize: bool | None = None,
     max_len: int | None = None,
 ) -> ReplaySettings:
-    """The settings of a training run's config (``{}``: the trainer's defaults), overridden by the
-    arguments that are not None. A KL penalty in the reward is not replayed (there is no reference
-    model to give ``ref_logprobs``); the returned ``notes`` say so."""
+    """The settings of a training run's config, overridden by the arguments that are not None. A KL
+    penalty in the reward is not replayed (there is no reference model to give ``ref_logprobs``);
+    the returned ``notes`` say so."""
     from pydantic import ValidationError
 
     from agentrl.learn.algorithm import AlgorithmConfig
 
-    cfg = dict(run_config or {})
-    algo = dict(cfg.get("algorithm") or {})
+    algo = run_config.algorithm.model_dump()
     for key, value in (("name", algorithm), ("gamma", gamma), ("lam", lam)):
         if value is not None:
             algo[key] = value
@@ -88,12 +117,10 @@ def resolve_settings(
     except ValidationError as e:
         err = e.errors()[0]
         raise ConfigError(f"algorithm.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    judge = cfg.get("judge") or {}
-    rollout = cfg.get("rollout") or {}
     return ReplaySettings(
         algorithm=a,
-        normalize=bool(judge.get("normalize", True)) if normalize is None else normalize,
-        max_len=max_len if max_len is not None else rollout.get("max_len", DEFAULT_MAX_LEN),
+        normalize=run_config.judge.normalize if normalize is None else normalize,
+        max_len=run_config.rollout.max_len if max_len is None else max_len,
         notes=notes,
     )
 

@@ -90,6 +90,13 @@ def _tensors() -> dict[str, Any]:
     }
 
 
+def _run_config() -> Any:
+    """A run's ``TrainConfig``, as ``agentrl.train.run_config.load_run_config`` reads it back."""
+    from agentrl.train.config import TrainConfig
+
+    return TrainConfig.model_validate({"algorithm": {"name": "grpo"}, "rollout": {"max_len": 4096}})
+
+
 GIVEN: dict[str, Callable[[], Any]] = {
     "tokenizer": _tokenizer,
     "model": _model,
@@ -98,7 +105,7 @@ GIVEN: dict[str, Callable[[], Any]] = {
     "trajectory": _good,
     "traj": _good,
     "judge_api_base": _judge_api_base,
-    "run_config": lambda: {"algorithm": {"name": "grpo"}, "rollout": {"max_len": 4096}},
+    "run_config": _run_config,
 }
 for _name in ("token_level_rewards", "values", "response_mask", "old_logprob", "logprob"):
     GIVEN[_name] = lambda _name=_name: _tensors()[_name]
