@@ -30,7 +30,7 @@ from agentrl.integrations.mapping import trl_rollout_fields
 from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
 from agentrl.judge.llm import run_sync
 from agentrl.rollout.episode import Request, run_episodes
-from agentrl.seeds import stable_seed
+from agentrl.seeds import episode_seed
 from agentrl.trajectory import Trajectory
 
 __all__ = ["BatchGenerate", "make_reward_func", "make_rollout_func", "trainer_generate_batch"]
@@ -81,7 +81,9 @@ def make_rollout_func(
     repeats a prompt ``num_generations`` times); each is matched to its task by the user message.
     ``generate_batch`` overrides the engine (default: ``trainer_generate_batch``); ``tokenizer``
     defaults to ``trainer.processing_class``. ``max_completion_tokens`` caps one episode's
-    completion. Returns ``mapping.trl_rollout_fields`` of the episodes, in prompt order.
+    completion. Prompt ``k`` of the ``call``-th call (0-based, counted per process) resets its env
+    with ``agentrl.seeds.episode_seed(seed, task, k, step=call)``. Returns
+    ``mapping.trl_rollout_fields`` of the episodes, in prompt order.
     """
     cfg = load_settings(settings, source="TRL rollout settings")
     env0 = cfg.make_env()
@@ -121,8 +123,7 @@ async def _rollout(
     max_completion_tokens: int,
 ) -> list[Episode]:
     specs = [
-        engine_spec(t, stable_seed(seed, call, k, t, nbytes=4, bits=32), f"{t}#{call}.{k}")
-        for k, t in enumerate(task_ids)
+        engine_spec(t, episode_seed(seed, t, k, step=call), f"{t}#{call}.{k}") for k, t in enumerate(task_ids)
     ]
 
     def generate_batch(reqs: list[Request]) -> Any:

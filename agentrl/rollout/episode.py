@@ -19,7 +19,7 @@ function gets a ``Request`` and returns one of
 The loop owns, once for every engine:
 
 - **seeds**: every seed of a run comes from the one hash ``agentrl.seeds.stable_seed``; an
-  episode resets its env with ``spec.seed`` and turn ``t`` samples with ``turn_seed(spec.seed, t)``,
+  episode resets its env with ``spec.seed`` (``agentrl.seeds.episode_seed`` where agentrl draws it) and turn ``t`` samples with ``turn_seed(spec.seed, t)``,
   so a turn's tokens depend on its own (seed, turn), never on batch composition or timing;
 - **limits** (token mode only; chat policies bound their own replies): with ``limits.max_len`` the
   episode stops as ``max_len`` before a turn whose ``len(prompt) + max_new_tokens`` exceeds it (the
@@ -53,7 +53,7 @@ from typing import Any, Protocol
 from agentrl.env.suite import Task
 from agentrl.policy.base import EpisodeContext, Policy
 from agentrl.policy.server_reply import CONTEXT_OVERFLOW, PROMPT_IDS, ContextOverflow
-from agentrl.seeds import stable_seed
+from agentrl.seeds import episode_seed, stable_seed
 from agentrl.tokens import Expander, sampled_message
 from agentrl.trajectory import Message, Trajectory
 
@@ -74,11 +74,6 @@ __all__ = [
     "trim",
     "turn_seed",
 ]
-
-
-def episode_seed(seed: int, task_id: str, sample: int) -> int:
-    """The seed of sample ``sample`` of ``task_id`` in a rollout seeded ``seed`` (31 bits)."""
-    return stable_seed(seed, task_id, sample, nbytes=4, bits=31)
 
 
 def turn_seed(seed: int, turn: int) -> int:

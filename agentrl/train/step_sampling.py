@@ -16,7 +16,7 @@ from typing import Any
 from agentrl.learn.dynamic_sampling import fill_groups, refill_order
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.rundir import RunDir
-from agentrl.seeds import stable_seed
+from agentrl.seeds import episode_seed, stable_seed
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import all_gather_objects, is_main, rank, world_size
 from agentrl.train.overlap import OneStepOffPolicy, stamp_version
@@ -26,7 +26,8 @@ __all__ = ["StepSampling", "step_seed"]
 
 
 def step_seed(*parts: Any) -> int:
-    """The run's 31-bit seed of ``parts`` (tasks of a step, an episode, a refill order, ...)."""
+    """The run's 31-bit seed of ``parts`` (tasks of a step, a refill order, ...; an episode's is
+    ``agentrl.seeds.episode_seed``)."""
     return stable_seed(*parts, bits=31)
 
 
@@ -62,7 +63,7 @@ class StepSampling:
         specs = []
         for t in mine:
             for s in range(self.cfg.rollout.group_size):
-                seed = step_seed(self.cfg.seed, step, t.id, s)
+                seed = episode_seed(self.cfg.seed, t.id, s, step=step)
                 specs.append(EpisodeSpec(f"{t.id}#{s}", t, seed, {"sample": s, "seed": seed}))
         return specs
 
