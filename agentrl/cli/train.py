@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="override a config field, e.g. --set optim.lr=0 --set steps=10 (repeatable)",
     )
     p.add_argument(
-        "--print-config", action="store_true", help="print the resolved config (defaults filled) and exit"
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (defaults filled), each field under its description, and exit",
     )
     p.add_argument(
         "--defaults",
@@ -71,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
             "with every default)"
         )
     if args.print_config:
-        import yaml
+        from agentrl.train.config_doc import annotated_yaml
 
-        print(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        print(annotated_yaml(cfg))
         return 0
     from agentrl.train.preflight import check_run
 

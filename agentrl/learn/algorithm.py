@@ -122,12 +122,25 @@ class AlgorithmConfig(BaseModel):
         description="vanilla = PPO's token ratio and clip (dual clip too); gspo = GSPO's sequence-level "
         "ratio and clip (set clip_low/clip_high to GSPO's scale, e.g. 3e-4/4e-4)",
     )
-    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
-    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
-    rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
+    dynamic_sampling: DynamicSamplingConfig = Field(
+        default_factory=DynamicSamplingConfig,
+        description="DAPO's dynamic sampling (verl's algorithm.filter_groups): drop the groups whose "
+        "rewards are all equal and sample more tasks until the step has rollout.tasks_per_step groups",
+    )
+    overlong: OverlongConfig = Field(
+        default_factory=OverlongConfig,
+        description="DAPO's overlong reward shaping (verl's reward_model.overlong_buffer) and overlong "
+        "filtering",
+    )
+    rollout_correction: RolloutCorrectionConfig = Field(
+        default_factory=RolloutCorrectionConfig,
+        description="verl's algorithm.rollout_correction: truncated importance-sampling weights and "
+        "rejection masks between the sampler's and the trainer's old log-probs, in the policy loss",
+    )
     recompute_old_logprobs: Literal["auto", "always", "never"] = Field(
         "auto",
         description="recompute old log-probs with a forward pass: auto = where the rollout's are unknown, "
         "sampled with top-p < 1 or one step behind (staleness 1); always; never = the sampler's, and no "
-        "forward pass when every policy token has one (no actor/rollout_logprob_diff then)",
+        "forward pass when every policy token has one (no actor/rollout_logprob_diff then); with "
+        "rollout_correction they are always recomputed (it compares the two)",
     )

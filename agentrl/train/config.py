@@ -1,12 +1,12 @@
 """The training config: one typed, validated object with a default and a description for every field.
 
 ``agentrl train CONFIG.yaml`` loads a YAML file into ``TrainConfig``; unknown keys are errors that
-name the file, line and field. ``agentrl train --print-config`` shows every field with its default.
+name the file, line and field. ``agentrl train --print-config`` shows every field with its value and
+description, and ``docs/config.md`` is generated from these models (``agentrl.train.config_doc``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +18,7 @@ from agentrl.eval.config import AuditConfig, EvalConfig
 from agentrl.judge.config import JudgeConfig
 from agentrl.learn.algorithm import AlgorithmConfig
 from agentrl.tokens.cut import DEFAULT_MAX_LEN
+from agentrl.train.config_paths import INPUT_PATHS, is_hub_id, resolve_input, resolve_paths
 from agentrl.yamlload import Marks, load_yaml, read_text
 from agentrl.yamlload import dotted as field_name
 
@@ -157,8 +158,8 @@ class TrainJudgeConfig(JudgeConfig):
 class OptimConfig(_Strict):
     lr: float = Field(1e-5, ge=0, description="actor learning rate")
     critic_lr: float = Field(1e-5, ge=0, description="critic learning rate")
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = Field((0.9, 0.999))
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay (actor and critic)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's (β1, β2) (actor and critic)")
     warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
     schedule: Literal["constant", "cosine", "linear"] = Field("constant", description="after warm-up")
     grad_clip: float = Field(1.0, gt=0, description="max gradient norm")
@@ -194,12 +195,35 @@ class VLLMSettings(_Strict):
 
 
 class TrainConfig(_Strict):
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    judge: TrainJudgeConfig = Field(default_factory=TrainJudgeConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    vllm: VLLMSettings = Field(default_factory=VLLMSettings, description="rollout.engine: vllm")
+    algorithm: AlgorithmConfig = Field(
+        default_factory=AlgorithmConfig,
+        description="the advantage estimator (PPO, GRPO, RLOO, REINFORCE++), its losses and the batching "
+        "of the update",
+    )
+    model: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="the policy: a local path, hub id or tiny: model, its tokenizer, dtype, critic and "
+        "which parameters train",
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig,
+        description="the episodes of a step: suite, tasks and samples per step, sampling, budgets, the "
+        "engine that samples and where the envs run",
+    )
+    judge: TrainJudgeConfig = Field(
+        default_factory=TrainJudgeConfig,
+        description="a JudgeConfig (docs/judge.md: model, api_base, concurrency, ... — the LLM judge, for "
+        "rubrics with LLM criteria) plus rubric (override every task's rubric) and normalize (train on "
+        "the judge's normalised [0, 1] reward)",
+    )
+    optim: OptimConfig = Field(
+        default_factory=OptimConfig, description="the AdamW optimisers and the learning-rate schedule"
+    )
+    vllm: VLLMSettings = Field(
+        default_factory=VLLMSettings,
+        description="for rollout.engine: vllm: the server's base_url, served_model, the weight sync mode "
+        "and sync_dir, timeouts, concurrency (docs/vllm.md)",
+    )
     eval: EvalConfig = Field(
         default_factory=EvalConfig,
         description="evaluation during training and the audit judge (docs/eval.md)",
@@ -312,7 +336,7 @@ def load_train_config(
                 raise ConfigError(f"--set {key}: {p} is not a section")
         cur[last] = value
     try:
-        _resolve_paths(data, Path(source).parent if path is not None else Path.cwd())
+        resolve_paths(data, Path(source).parent if path is not None else Path.cwd())
     except ConfigError as e:
         loc = str(e).split(" ", 1)[0].split(".")
         if (flag := _set_flag(given, loc)) is not None:
@@ -347,65 +371,6 @@ def _set_flag(given: dict[tuple[str, ...], str], loc: Sequence[str | int]) -> st
         if n and key[:n] == loc[:n]:
             return flag
     return None
-
-
-#: The config's input paths (files or directories the run reads), dotted; ``rollout.env.cache.path``
-#: (a tool-call cache, replayed or recorded) is taken from the config's directory when it is there,
-#: and is no error when it is nowhere (a recording creates it).
-INPUT_PATHS: tuple[str, ...] = (
-    "rollout.suite",
-    "judge.rubric",
-    "model.path",
-    "model.tokenizer",
-    "rollout.env.suite",
-    "rollout.env.cache.path",
-    "eval.suite",
-    "eval.audit.rubric",
-)
-_MAY_BE_NEW = frozenset({"rollout.env.cache.path"})
-
-
-def resolve_input(value: str, base: Path | None) -> tuple[Path | None, list[Path]]:
-    """Where a configured input path is: as given (from the working directory), else relative to
-    ``base`` (the config file's directory). Returns (the existing path or None, where it looked)."""
-    p = Path(value).expanduser()
-    tried = [p if p.is_absolute() else Path.cwd() / p]
-    if p.exists():
-        return p, tried
-    if base is not None and not p.is_absolute():
-        there = base.resolve() / p
-        if there.exists():
-            return there, [*tried, there]
-        if there != tried[0]:
-            tried.append(there)
-    return None, tried
-
-
-def is_hub_id(value: str) -> bool:
-    """Whether a model or tokenizer name can be a Hugging Face hub id (``name`` or ``org/name``)
-    rather than only a local path."""
-    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", value) is not None and ".." not in value
-
-
-def _resolve_paths(data: dict[str, Any], base: Path) -> None:
-    """Relative input paths that do not exist from the working directory are taken relative to the
-    config file, so a config runs from anywhere; a path found in neither place is a ``ConfigError``
-    (message: ``section.key ...``) listing where it looked. Built-in names (``sandbox``, ``tiny:``)
-    and hub ids are left as they are."""
-    for dotted in INPUT_PATHS:
-        *parents, key = dotted.split(".")
-        sub: Any = data
-        for p in parents:
-            sub = sub.get(p) if isinstance(sub, dict) else None
-        value = sub.get(key) if isinstance(sub, dict) else None
-        if not isinstance(value, str) or value == "sandbox" or value.startswith("tiny:"):
-            continue
-        found, tried = resolve_input(value, base)
-        if found is not None:
-            sub[key] = value if found == Path(value) else str(found)
-        elif dotted not in _MAY_BE_NEW and not (dotted.startswith("model.") and is_hub_id(value)):
-            where = " or ".join(str(t) for t in tried)
-            raise ConfigError(f"{dotted} {value!r}: not found (looked for {where})")
 
 
 def _locate(marks: Marks, loc: Sequence[str | int]) -> tuple[int, int]:
