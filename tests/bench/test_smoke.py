@@ -353,7 +353,9 @@ def test_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert seeds.main([*argv, "--check"]) == 1  # a 1-step tiny run is nowhere near the bar
     again = capsys.readouterr().out
     assert again.count(" NO |") == 2
-    assert stamps == [(tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)]
+    assert stamps == [
+        (tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)
+    ]
 
 
 def test_seeds_summary_over_seeds() -> None:
@@ -367,7 +369,7 @@ def test_seeds_summary_over_seeds() -> None:
                 "after": iv, "gain": iv, "p_value": 0.01}  # fmt: skip
 
     m, sd, lo, hi = seeds._ci_over_seeds([0.1, 0.2, 0.3])
-    assert (m, sd) == pytest.approx((0.2, 0.1)) and hi - m == pytest.approx(4.303 * 0.1 / 3**0.5)
+    assert (m, sd) == pytest.approx((0.2, 0.1)) and hi - m == m - lo == pytest.approx(4.303 * 0.1 / 3**0.5)
     text = seeds.table([run(0, 0.3), run(1, -0.1), run(2, 0.2)], check=True)
     assert "worst seed 1: -0.100" in text and "includes 0" in text and "slowest seed 2: 5.0 min" in text
     assert "excludes 0 in 2 of 3 runs" in text
