@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,20 +183,16 @@ def unresolved_installs() -> set[str]:
     return {normalize(n) for n in (*NO_DEPS, *pinned)}
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    mode = os.environ.get("AGENTRL_DEPS_CHECK", "fail")
-    if mode == "off":
-        return
+def findings(rootpath: Path) -> tuple[list[str], bool]:
+    """This process's undeclared imports, one line each, and whether the suite needs one of them."""
     owners = metadata.packages_distributions()
     found = undeclared(dict(sys.modules), declared(), owners, sys.path)
-    if not found:
-        return
-    unresolved = unresolved_installs()
+    unresolved = unresolved_installs() if found else set()
     failing = False
     lines = []
     for dist, module in sorted(found.items()):
         importer = WITNESS.importers.get(module.partition(".")[0])
-        if needed(importer, owners, sys.path, unresolved, (_REPO, Path(session.config.rootpath))):
+        if needed(importer, owners, sys.path, unresolved, (_REPO, rootpath)):
             failing = True
             lines.append(
                 f"{dist} (imported as {module} by {importer}) is installed here but nothing declares it: "
@@ -207,6 +204,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 f"{dist} (imported as {module} by {importer or 'a module loaded before the suite'}) "
                 "is installed here but nothing declares it: an optional import, the suite does not need it"
             )
+    return lines, failing
+
+
+_FROM_WORKERS = pytest.StashKey[list[tuple[list[str], bool]]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """Under pytest-xdist the tests import in the workers: each sends its findings here."""
+    got = getattr(node, "workeroutput", {}).get("agentrl_deps")
+    if got is not None:
+        node.config.stash.setdefault(_FROM_WORKERS, []).append((got["lines"], got["failing"]))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    mode = os.environ.get("AGENTRL_DEPS_CHECK", "fail")
+    if mode == "off":
+        return
+    lines, failing = findings(Path(session.config.rootpath))
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller reports
+        session.config.workeroutput["agentrl_deps"] = {"lines": lines, "failing": failing}
+        return
+    for more, fails in session.config.stash.get(_FROM_WORKERS, []):
+        lines += [line for line in more if line not in lines]
+        failing = failing or fails
+    if not lines:
+        return
     strict = failing and mode != "warn"
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:

@@ -7,6 +7,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 from tests.deps_check import (
     WITNESS,
     ImportWitness,
@@ -70,7 +72,7 @@ def _fake_dist(root: Path) -> None:
     (info / "top_level.txt").write_text("accidental_pkg\n")
 
 
-def _pytest(tmp_path: Path, mode: str | None) -> subprocess.CompletedProcess[str]:
+def _pytest(tmp_path: Path, mode: str | None, *extra: str) -> subprocess.CompletedProcess[str]:
     site = tmp_path / "site"
     if not site.exists():
         _fake_dist(site)
@@ -82,7 +84,7 @@ def _pytest(tmp_path: Path, mode: str | None) -> subprocess.CompletedProcess[str
     if mode is not None:
         env["AGENTRL_DEPS_CHECK"] = mode
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "tests.deps_check", "-p", "no:cacheprovider"]
-    cmd += ["--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_uses_it.py")]
+    cmd += ["--rootdir", str(tmp_path), "-c", "/dev/null", *extra, str(tmp_path / "test_uses_it.py")]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
 
 
@@ -96,6 +98,11 @@ def test_a_run_that_imports_an_undeclared_package_fails(tmp_path):
     )
     warned = _pytest(tmp_path, "warn")
     assert warned.returncode == 0 and "accidental-pkg" in warned.stdout
+    # under pytest-xdist the import happens in a worker, which sends what it found to the controller
+    pytest.importorskip("xdist")
+    spread = _pytest(tmp_path, None, "-n", "2")
+    assert spread.returncode == 1 and "1 passed" in spread.stdout, spread.stdout + spread.stderr
+    assert "accidental-pkg (imported as accidental_pkg by" in spread.stdout
 
 
 def test_who_imported_it_decides_whether_the_suite_needs_it():
