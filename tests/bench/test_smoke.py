@@ -244,6 +244,7 @@ def test_smollm2(
     summary = json.loads(out[out.index("{") :])
     assert summary["steps"] == 1 and math.isfinite(summary["final"]["actor/entropy"])
     assert {p.name for p in tmp_path.iterdir()} >= {"run", "warm-start-only", "imported.jsonl"}
+    real_model.assert_the_smollm2_example_trained(smollm2_dir, tmp_path / "run", max_new_tokens=16)
 
 
 @pytest.mark.slow

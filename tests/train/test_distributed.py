@@ -3,6 +3,7 @@ take the same step as one process. The runs score with ``learning_signal``'s rub
 non-zero advantages, losses and gradients to agree on."""
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -105,13 +106,36 @@ def _assert_critic_moved(critic: dict, what: str) -> None:
     assert critic["head.weight"].abs().max() > 0 and critic["head.bias"].abs().max() > 0, what
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
-def test_two_processes_equal_one(tmp_path, algo):
-    cfg = _config(tmp_path, {"name": algo})
+@pytest.fixture(scope="module")
+def grpo_runs(tmp_path_factory):
+    """The GRPO config's single-process and FSDP runs, trained once for the tests that read them
+    (each test works on its own copy)."""
+    root = tmp_path_factory.mktemp("grpo-runs")
+    cfg = _config(root, {"name": "grpo"})
+    _train(root, cfg, "one")
+    _train(root, cfg, "fsdp", "--set", "parallelism=fsdp", ranks=2)
+    return root
+
+
+def _one_and_fsdp(request, tmp_path, cfg: str, algo: str) -> None:
+    """``one`` and ``fsdp`` runs of ``cfg`` in ``tmp_path``: copies of the module's GRPO runs, or trained."""
+    if algo == "grpo":
+        base = request.getfixturevalue("grpo_runs")
+        assert (base / "cfg.yaml").read_text() == (tmp_path / "cfg.yaml").read_text()
+        for run in ("one", "fsdp"):
+            shutil.copytree(base / run, tmp_path / run)
+        return
     _train(tmp_path, cfg, "one")
-    _train(tmp_path, cfg, "two", "--set", "parallelism=ddp", ranks=2)
     _train(tmp_path, cfg, "fsdp", "--set", "parallelism=fsdp", ranks=2)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("grpo_runs")  # under pytest-xdist --dist loadgroup, one worker trains them once
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_two_processes_equal_one(request, tmp_path, algo):
+    cfg = _config(tmp_path, {"name": algo})
+    _one_and_fsdp(request, tmp_path, cfg, algo)
+    _train(tmp_path, cfg, "two", "--set", "parallelism=ddp", ranks=2)
     for run in ("one", "two", "fsdp"):
         assert_learning_signal(tmp_path / run, 1)
     one, two = _state(tmp_path, "one"), _state(tmp_path, "two")
@@ -174,13 +198,13 @@ def test_two_processes_equal_one(tmp_path, algo):
 
 
 @pytest.mark.slow
-def test_fsdp_resume_equals_single_process_resume(tmp_path):
+@pytest.mark.xdist_group("grpo_runs")
+def test_fsdp_resume_equals_single_process_resume(request, tmp_path):
     """A sharded checkpoint resumes: one more step from it under FSDP equals one more step from the
     single-process checkpoint of the same first step."""
     cfg = _config(tmp_path, {"name": "grpo"})
-    _train(tmp_path, cfg, "one")
+    _one_and_fsdp(request, tmp_path, cfg, "grpo")
     _train(tmp_path, cfg, "one", "--resume", "--set", "steps=2")
-    _train(tmp_path, cfg, "fsdp", "--set", "parallelism=fsdp", ranks=2)
     _train(tmp_path, cfg, "fsdp", "--set", "parallelism=fsdp", "--resume", "--set", "steps=2", ranks=2)
     for step in (1, 2):
         assert_learning_signal(tmp_path / "fsdp", step)

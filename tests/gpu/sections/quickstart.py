@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "quickstart.yaml"
 # docs/training.md's doc-test shrink: every phase of the run, in seconds on a CPU.
 DRY = ["steps=2", "sft_steps=1", "sft_episodes=4", "sft_batch_size=2", "rollout.tasks_per_step=1", "rollout.group_size=2", "rollout.max_turns=1",
-       "rollout.max_new_tokens=8", "model.tokenizer_vocab_size=300"]  # fmt: skip
+       "rollout.max_new_tokens=8", "model.tokenizer_vocab_size=300", "eval.n=1", "eval.limit=2"]  # fmt: skip
 CPU_REFERENCE = {"cpu_reward_first": 0.336, "cpu_reward_last": 0.572, "cpu_wall_s": 427.0}
 MIN_STEPS = 30  # fewer finished steps say nothing about learning
 
@@ -74,7 +74,8 @@ def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
     code = _train(argv, ctx) if not ctx.dry_run else _train_here(argv)
     wall = time.monotonic() - t0
     run_dir = RunDir(out)
-    rows = run_dir.metrics() if run_dir.metrics_file.exists() else []
+    # the RL steps' rows (the held-out evaluation before RL logs a row of its own at step 0)
+    rows = [r for r in run_dir.metrics() if r.get("step", 0) >= 1] if run_dir.metrics_file.exists() else []
     sft = run_dir.sft() if run_dir.sft_file.exists() else []
     step_s = sum(r.get("timing_s/step", 0.0) for r in rows)
     rec.figures({

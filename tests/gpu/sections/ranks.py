@@ -64,11 +64,11 @@ def _worker(rank: int, mode: str, shape: str, device: str, port: int, out: str) 
 
 
 def _two_ranks(mode: str, shape: str, dev: torch.device, out: Path, deadline: float) -> str | None:
-    """Run ``_worker`` on two processes (forked on a CPU: no second torch import; spawned on a GPU,
-    where CUDA cannot be forked); None when both finished, else why not."""
-    method = "spawn" if dev.type == "cuda" else "fork"
+    """Run ``_worker`` on two spawned processes (CUDA cannot be forked, and a fork of a process with
+    threads, such as a pytest-xdist worker's, can hang in the child); None when both finished, else
+    why not."""
     pc = mp.start_processes(_worker, args=(mode, shape, str(dev), free_port(), str(out)), nprocs=2,
-                            join=False, start_method=method)  # fmt: skip
+                            join=False, start_method="spawn")  # fmt: skip
     try:
         while not pc.join(timeout=1.0):
             if time.monotonic() > deadline:
