@@ -126,6 +126,13 @@ def test_the_token_budget_and_packing_shape_the_forward_passes(tok):
     assert len(rows) == 1 and rows[0] < 4  # one pass; short rows share a line beside the long one
     rows, _ = _counted_update(tok, cfg.model_copy(update={"pack_sequences": False}))
     assert rows == [4]  # padded rows, one pass
+    # A budget the packed rows fit and the padded ones do not: packing counts real tokens.
+    rows, _ = _counted_update(tok, cfg.model_copy(update={"micro_batch_tokens": 500}))
+    assert len(rows) == 1
+    rows, _ = _counted_update(
+        tok, cfg.model_copy(update={"micro_batch_tokens": 500, "pack_sequences": False})
+    )
+    assert len(rows) > 1
     rows, _ = _counted_update(
         tok, cfg.model_copy(update={"pack_sequences": False, "micro_batch_tokens": 200})
     )
@@ -168,3 +175,120 @@ def test_vf_coef_scales_the_critic_gradient_and_value_clip_clips(tok):
     _, off = _critic_grad(tok, cfg.model_copy(update={"value_clip": None}))
     assert m1["critic/vf_clipfrac"] > 0 and off["critic/vf_clipfrac"] == 0
     assert m1["critic/vf_loss"] > off["critic/vf_loss"]  # max(unclipped, clipped) ≥ unclipped, here >
+
+
+# ---- the policy loss's clip range and the KL loss -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "clips"), [("vanilla", (0.1, 0.15, 1.5)), ("gspo", (0.003, 0.004, None))]
+)  # fmt: skip
+def test_the_policy_loss_uses_the_configured_clip_range(tok, kind, clips):
+    """Non-default clip_low, clip_high and clip_c (vanilla) or GSPO's own scale: the loss trained on
+    is the Python loop's with those values, and differs from the loss with the defaults."""
+    from tests.reference_algos import policy_loss_python
+    from tests.train.test_policy_terms import _hand_batch, _lists, _pg_loss
+
+    actor, batch, lp = _hand_batch(tok, seed=4)
+    low, high, c = clips
+    cfg = AlgorithmConfig(policy_loss=kind, clip_low=low, clip_high=high, clip_c=c)
+    m = _pg_loss(actor, batch, cfg)
+    old, new, adv = _lists(batch, lp)
+    mask = batch["loss_mask"].tolist()
+    want = policy_loss_python(old, new, adv, mask, low, high, clip_c=c, sequence=kind == "gspo")
+    default = policy_loss_python(old, new, adv, mask, 0.2, 0.28, clip_c=3.0 if kind == "vanilla" else None,
+                                 sequence=kind == "gspo")  # fmt: skip
+    assert m["actor/pg_loss"] == pytest.approx(want, rel=1e-4)
+    assert abs(want - default) > 1e-3 * max(abs(want), 1e-3)  # the clip values matter on this batch
+
+
+@pytest.mark.parametrize("kind", ["k1", "k3"])
+def test_the_kl_loss_is_coef_times_kl_of_the_policy_from_the_reference(tok, kind):
+    """Zero advantages: the gradient is that of kl_loss_coef · token-mean KL(π ‖ π_ref), computed
+    here from one padded forward. A swapped π and π_ref, or a coefficient not applied, changes it."""
+    trajs = _trajectories(tok, n=4, seed=9)
+    batch = _batch(tok, trajs)
+    actor, _ = _models(tok, seed=9)
+    m = batch["loss_mask"].float()
+    with torch.no_grad():
+        batch["old_logprobs"], _ = forward_logprobs(actor, batch)
+    g = torch.Generator().manual_seed(4)
+    batch["ref_logprobs"] = (batch["old_logprobs"] + 0.5 * torch.randn(m.shape, generator=g)) * m
+    batch["advantages"] = torch.zeros_like(m)
+    cfg = AlgorithmConfig(name="grpo", mini_batch_size=4, kl_loss_coef=0.3, kl_kind=kind)
+    logits = actor(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
+    lp = torch.cat([torch.zeros(len(lp), 1), lp], dim=1)
+    diff = lp - batch["ref_logprobs"]  # log π − log π_ref
+    kl = diff if kind == "k1" else torch.exp(-diff) + diff - 1
+    (0.3 * (kl * m).sum() / m.sum()).backward()
+    want = torch.cat([p.grad.flatten() for p in actor.parameters() if p.grad is not None]).clone()
+    actor.zero_grad(set_to_none=True)
+    opt = torch.optim.SGD(actor.parameters(), lr=0.0)
+    got = {}
+    orig = opt.step
+
+    def step(*a, **k):
+        got["g"] = torch.cat([p.grad.flatten() for p in actor.parameters() if p.grad is not None]).clone()
+        return orig(*a, **k)
+
+    opt.step = step
+    update_actor(actor, opt, batch, cfg, grad_clip=1e9)
+    assert want.abs().max() > 1e-4
+    assert torch.allclose(got["g"], want, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_batch_normalised_is_weights_average_one_over_the_batch(tok, normalize):
+    from agentrl.learn.policy_terms import actor_batch
+    from tests.train.test_policy_terms import _hand_batch
+
+    _, batch, _ = _hand_batch(tok, seed=5)
+    rc = {"rollout_is": "token", "rollout_is_threshold": 5.0, "rollout_is_batch_normalize": normalize}
+    out, _ = actor_batch(batch, AlgorithmConfig(rollout_correction=rc))
+    m = batch["loss_mask"].float()
+    w = out["rollout_is_weights"]
+    mean = float((w * m).sum() / m.sum())
+    raw = torch.exp(batch["old_logprobs"] - batch["rollout_logprobs"]).clamp(max=5.0)
+    assert abs(float((raw * m).sum() / m.sum()) - 1) > 1e-2  # the raw weights do not average 1 here
+    if normalize:
+        assert mean == pytest.approx(1.0, abs=1e-5)
+    else:
+        assert torch.allclose((w * m), raw * m, atol=1e-5)
+
+
+# ---- where the old log-probs come from ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "top_p", "recomputed", "forward"),
+    [("never", 1.0, False, False), ("always", 1.0, True, True), ("auto", 1.0, False, True), ("auto", 0.9, True, True)],
+)  # fmt: skip
+def test_old_logprobs_are_the_samplers_or_recomputed_as_configured(tok, mode, top_p, recomputed, forward):
+    """``recompute_old_logprobs``: never = the sampler's (no forward pass when all are known), always =
+    the trainer's, auto = the sampler's unless they are inexact (here: sampled with top-p < 1)."""
+    from types import SimpleNamespace
+
+    from agentrl.train.trainer import Trainer
+
+    cfg = TrainConfig.model_validate(
+        {"algorithm": {"recompute_old_logprobs": mode}, "rollout": {"top_p": top_p},
+         "model": {"path": "tiny:layers=1,hidden=32,heads=2,kv_heads=1"}}
+    )  # fmt: skip
+    batch = _batch(tok, _trajectories(tok, n=3, seed=8))
+    actor, _ = _models(tok, seed=8)
+    with torch.no_grad():
+        model_lp, _ = forward_logprobs(actor, batch)
+    sampler = (model_lp + 0.3) * batch["loss_mask"]
+    batch["old_logprobs"] = sampler.clone()
+    batch["known_logprobs"] = batch["loss_mask"].clone()
+    t = SimpleNamespace(
+        cfg=cfg, device=torch.device("cpu"), model=actor, models=SimpleNamespace(uses_ref=False), critic=None
+    )
+    m = Trainer._forward_passes(t, batch)
+    on = batch["loss_mask"].bool()
+    want = model_lp if recomputed else sampler
+    assert torch.allclose(batch["old_logprobs"][on], want[on], atol=1e-5)
+    assert ("actor/rollout_logprob_diff" in m) == forward
+    if forward:
+        assert m["actor/rollout_logprob_diff"] == pytest.approx(0.3, abs=1e-4)
