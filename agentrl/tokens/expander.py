@@ -108,9 +108,8 @@ class Expander:
 
         The expander alone places rewards on tokens. The trajectory reward goes on the last policy
         token (``loss_mask = 1``) of the row as cut by ``max_len``: ``reward`` when given (the value
-        a trainer trains on, ``training_reward(trajectory, normalize)``), else the rubric total;
-        nothing is placed, whatever ``reward`` says, when ``training_reward`` says the trajectory is
-        not trainable (unscored or a ``judge_error``).
+        a trainer trains on, ``training_reward(trajectory, normalize)``), else the rubric total; nothing
+        is placed, whatever ``reward`` says, when ``training_reward`` is None (unscored, judge_error).
         ``turn_rewards`` (one float per assistant turn, or ``trajectory.info["turn_rewards"]``) are
         added on the last kept policy token of each turn, on top of the trajectory reward. When
         ``trajectory.info["prompt_token_ids"]`` holds the ids the engine fed as the first prompt
