@@ -106,11 +106,14 @@ def _explain_stored(args: argparse.Namespace):
     a = settings.algorithm
     notes = [*config_notes, *settings.notes]
     common = {"index": index, "algorithm": a.name, "gamma": a.gamma, "lam": a.lam}
+    from agentrl.trajectory import training_reward
+
     r = traj.reward
+    reward = training_reward(traj, settings.normalize)  # None: training leaves it out
     if tokenizer is None:
         notes.append("no token table: pass --tokenizer T or --run RUN_DIR")
         return explain_trajectory(traj, notes=notes, **common)
-    if r is None or r.status != "ok" or r.total is None:
+    if reward is None:
         why = "it has no reward" if r is None else f"its reward is {r.status}"
         notes.append(f"not trained: {why} (training leaves it out), so it has no token numbers")
         return explain_trajectory(traj, notes=notes, **common)
@@ -128,7 +131,7 @@ def _explain_stored(args: argparse.Namespace):
         notes.append("not trained: no policy token (training leaves it out)")
         return explain_trajectory(traj, notes=notes, **common)
     pos = rebuilt.index.index(index)
-    row = expander.expand(traj)
+    row = expander.expand(traj, reward=reward)
     entry = stats.get(traj.id) if stats is not None and critic is None else None
     if stats is not None and critic is None and entry is None:
         notes.append(f"the run kept no numbers for {traj.id!r} at step {step}; recomputed")

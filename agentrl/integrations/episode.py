@@ -25,7 +25,7 @@ from agentrl.env.suite import Task
 from agentrl.rollout.episode import EpisodeResult, EpisodeSpec, Generation, Limits, Request
 from agentrl.rollout.episode import run_episode as run_loop
 from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, token_trajectory
-from agentrl.trajectory import Trajectory
+from agentrl.trajectory import Trajectory, training_reward
 
 __all__ = [
     "Episode",
@@ -104,6 +104,7 @@ async def run_episode(
     max_new_tokens: int,
     max_completion_tokens: int,
     judge: Any | None = None,
+    normalize: bool = True,
 ) -> Episode:
     """Run one episode of ``task`` on ``env`` in the episode loop with ``generate`` as the policy.
 
@@ -114,6 +115,7 @@ async def run_episode(
     it, when a turn stops without a stop token (``generation_limit``) or when the budget is spent
     (``max_len``). Unanswered episodes get reward 0 with the reason (trainable); answers the env
     could not score go to ``judge`` (``agentrl.judge.Judge``), whose failures stay ``judge_error``.
+    The reward placed and handed over is ``training_reward(trajectory, normalize)``.
     """
 
     async def turn(req: Request) -> Generation:
@@ -124,7 +126,7 @@ async def run_episode(
     res = await run_loop(
         env, spec, turn, expander=expander, limits=engine_limits(max_new_tokens, max_completion_tokens)
     )
-    return await to_episode(res, expander, judge)
+    return await to_episode(res, expander, judge, normalize=normalize)
 
 
 def engine_spec(task: Task | str, seed: int, episode_id: str) -> EpisodeSpec:
@@ -137,12 +139,17 @@ def engine_limits(max_new_tokens: int, max_completion_tokens: int) -> Limits:
     return Limits(max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens)
 
 
-async def to_episode(res: EpisodeResult, expander: Expander, judge: Any | None) -> Episode:
+async def to_episode(
+    res: EpisodeResult, expander: Expander, judge: Any | None, *, normalize: bool = True
+) -> Episode:
     """The adapters' view of a finished loop episode: the prompt ids recorded (TITO for the prompt
-    too: the expander reuses them), scored by ``judge`` when the env could not, expanded and cut."""
+    too: the expander reuses them), scored by ``judge`` when the env could not, expanded and cut.
+    The row and the record carry the reward contract's number (``training_reward`` per
+    ``normalize``), as the native trainer's batch does."""
     traj = res.trajectory
     traj.info["prompt_token_ids"] = res.prompt_ids
     await judge_if_needed(traj, judge)
-    row = expander.expand(traj)
-    record = cut_after_last_policy_token(token_trajectory(row, traj))
+    reward = training_reward(traj, normalize)
+    row = expander.expand(traj, reward=reward)
+    record = cut_after_last_policy_token(token_trajectory(row, traj, reward=reward))
     return Episode(trajectory=traj, row=row, record=record, generate_s=res.generate_s, env_s=res.env_s)

@@ -1,7 +1,8 @@
 """``AgentSettings``: what every adapter needs from us, whichever engine's config carries it.
 
 The env (an ``env.yaml`` mapping: suite, backends, budgets), the judge (a ``JudgeConfig`` mapping,
-needed only for rubrics with LLM criteria), the per-turn token limit and the chat-template options.
+needed only for rubrics with LLM criteria), which reward to train on (``normalize``, as the native
+trainer's ``judge.normalize``), the per-turn token limit and the chat-template options.
 verl passes it as the ``agentrl:`` block of its agent-loop YAML, TRL and SkyRL as a dict or path.
 """
 
@@ -31,6 +32,9 @@ class AgentSettings(BaseModel):
     judge: dict[str, Any] | None = None
     """A ``JudgeConfig`` mapping (``model``, ``api_base`` ...) for rubrics with LLM criteria; None
     leaves such answers unscored (excluded from training), never scored 0."""
+    normalize: bool = True
+    """Train on the judge's normalised [0, 1] score rather than the rubric total: the native
+    trainer's ``judge.normalize``, with its default (``agentrl.trajectory.training_reward``)."""
     max_new_tokens: int = Field(1024, ge=1)
     """Token limit of one assistant turn (the engine's own response budget caps the episode)."""
     template_kwargs: dict[str, Any] = Field(default_factory=dict)

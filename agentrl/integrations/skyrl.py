@@ -36,6 +36,7 @@ from agentrl.errors import ConfigError
 from agentrl.integrations.episode import Episode, Generation, run_episode
 from agentrl.integrations.mapping import skyrl_generator_output
 from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
+from agentrl.trajectory import RewardBreakdown, training_reward
 
 __all__ = ["ENV_ID", "ResearchGenerator", "ResearchTextEnv", "register_env"]
 
@@ -89,6 +90,12 @@ class ResearchTextEnv(BaseTextEnv):
         if status != "ok":
             # Never a number: the judge failed (or no judge was configured for LLM criteria).
             reward = math.nan
+        elif terminated and info.get("reward_breakdown"):
+            # the reward contract's number, as the native trainer's (normalised per the settings)
+            scored = training_reward(
+                RewardBreakdown.model_validate(info["reward_breakdown"]), self.settings.normalize
+            )
+            reward = math.nan if scored is None else scored
         metadata["reward_status"] = status
         return BaseTextEnvStepOutput(
             observations=observations, reward=float(reward), done=done, metadata=metadata
@@ -189,6 +196,7 @@ class ResearchGenerator:
                 max_new_tokens=self.settings.max_new_tokens,
                 max_completion_tokens=self.max_completion_tokens,
                 judge=self.judge,
+                normalize=self.settings.normalize,
             )
 
         self.episodes = list(await asyncio.gather(*(one(k) for k in range(len(prompts)))))

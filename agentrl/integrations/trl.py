@@ -31,7 +31,7 @@ from agentrl.integrations.settings import AgentSettings, expander_for, load_sett
 from agentrl.judge.llm import run_sync
 from agentrl.rollout.episode import Request, run_episodes
 from agentrl.seeds import episode_seed
-from agentrl.trajectory import Trajectory
+from agentrl.trajectory import Trajectory, training_reward
 
 __all__ = ["BatchGenerate", "make_reward_func", "make_rollout_func", "trainer_generate_batch"]
 
@@ -135,15 +135,16 @@ async def _rollout(
         limits=engine_limits(cfg.max_new_tokens, max_completion_tokens),
     )  # fmt: skip
     # the LLM judge runs in the reward function
-    return [await to_episode(r, exp, None) for r in results]
+    return [await to_episode(r, exp, None, normalize=cfg.normalize) for r in results]
 
 
 def make_reward_func(
     settings: AgentSettings | dict[str, Any] | str | Path | None = None,
 ) -> Callable[..., Any]:
     """An async TRL reward function named ``agentrl_reward``: for each completion, the env's rubric
-    score, or our LLM judge's (``settings.judge``) when the env could not score the answer; None for
-    a judge error or an answer no judge was configured for (TRL excludes it from the baseline)."""
+    score, or our LLM judge's (``settings.judge``) when the env could not score the answer, as
+    ``training_reward`` per ``settings.normalize`` (the native trainer's number); None for a judge
+    error or an answer no judge was configured for (TRL excludes it from the baseline)."""
     cfg = load_settings(settings, source="TRL reward settings")
     judge = cfg.make_judge()
 
@@ -154,10 +155,6 @@ def make_reward_func(
 
         trajs = [Trajectory.model_validate_json(s) for s in agentrl_trajectory]
         await asyncio.gather(*(judge_if_needed(t, judge) for t in trajs))
-        out: list[float | None] = []
-        for t in trajs:
-            r = t.reward
-            out.append(float(r.total) if r is not None and r.status == "ok" and r.total is not None else None)
-        return out
+        return [training_reward(t, cfg.normalize) for t in trajs]
 
     return agentrl_reward

@@ -107,6 +107,7 @@ class ResearchAgentLoop(AgentLoopBase):
                 max_new_tokens=self.settings.max_new_tokens,
                 max_completion_tokens=int(rollout.response_length),
                 judge=self.judge,
+                normalize=self.settings.normalize,
             )
         finally:
             env.close()

@@ -15,15 +15,16 @@ A negative criterion describes a flaw and carries a negative weight, so a score 
 ``normalized`` R = clip(Σ wᵢ·sᵢ / Σ_{w>0} w, 0, 1) (HealthBench's rule). The normalised value of a
 ``weighted_sum`` rubric of flaws alone is 1 + R / |Σ_{w<0} w| (``normalize``), so it too is on [0, 1].
 
-Every reward also carries its normalised value (``RewardBreakdown.normalized``), computed here
-and nowhere else: trainers, replays and adapters read it through ``normalized_reward``.
+Every reward also carries its normalised value (``RewardBreakdown.normalized``), computed by
+``normalize`` (which lives in ``agentrl.trajectory.reward``, beside the reward contract, and is
+re-exported here); trainers, replays and adapters read it through ``training_reward``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, Trajectory
+from agentrl.trajectory import VERDICTS, CriterionScore, RewardBreakdown, normalize, normalized_reward
 
 __all__ = [
     "AGGREGATIONS",
@@ -88,39 +89,6 @@ def aggregate(
 
 def _clip_ratio(total: float, positive_weight: float) -> float:
     return min(1.0, max(0.0, total / positive_weight))
-
-
-def normalize(
-    total: float, aggregation: str | None, positive_weight: float, negative_weight: float = 0.0
-) -> float:
-    """A total on [0, 1]: clip(total / ``positive_weight``, 0, 1), as the ``normalized`` aggregation
-    gives. A rubric of flaws alone (no positive weight, ``negative_weight`` = Σ of its negative
-    weights < 0) scores the share of its flaw weight the report avoided, 1 + total / |Σ negative|:
-    1 with no flaw, 0 with every one. A total that is already normalised, or one with no weight at
-    all to divide by (an unanswered episode's 0), is returned as it is."""
-    if aggregation == "normalized":
-        return total
-    if positive_weight > 0:
-        return _clip_ratio(total, positive_weight)
-    if negative_weight < 0:
-        return min(1.0, max(0.0, 1.0 + total / -negative_weight))
-    return total
-
-
-def normalized_reward(reward: RewardBreakdown | Trajectory) -> float:
-    """The normalised reward of a scored trajectory (or of its ``RewardBreakdown``): the value the
-    judge recorded, or for a reward recorded without one (older files, an unanswered episode's 0)
-    the same ``normalize`` over its criteria, which a scored reward holds all of.
-
-    Raises ``ValueError`` for a missing reward or a ``judge_error`` (they have no reward to train on).
-    """
-    r = reward.reward if isinstance(reward, Trajectory) else reward
-    if r is None or r.total is None:
-        raise ValueError("no reward: the trajectory is unscored or a judge error")
-    if r.normalized is not None:
-        return r.normalized
-    positive = sum(c.weight for c in r.criteria if c.weight > 0)
-    return normalize(r.total, r.aggregation, positive, sum(c.weight for c in r.criteria if c.weight < 0))
 
 
 def apply_requires(rubric, criteria: Sequence[CriterionScore]) -> list[CriterionScore]:

@@ -1,17 +1,16 @@
 """From scored trajectories to the tensors of one update: the expander's rows, whose rewards the
 expander placed (the trajectory reward on the last policy token, turn rewards on each turn's last
 policy token). Trajectories the judge failed on, and rows with no policy token, are dropped and
-counted, never scored 0. The trainer and ``agentrl replay`` build their batches here; the reward and
-its normalised value are the judge's (``agentrl.judge.normalized_reward``)."""
+counted, never scored 0. The trainer and ``agentrl replay`` build their batches here; whether a
+trajectory trains and on which number is the reward contract's (``agentrl.trajectory.training_reward``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from agentrl.judge import normalized_reward
 from agentrl.tokens import Expander, collate
-from agentrl.trajectory import Trajectory
+from agentrl.trajectory import Trajectory, normalized_reward, training_reward
 
 __all__ = ["build_batch", "is_truncated", "normalized_reward", "training_reward"]
 
@@ -23,14 +22,6 @@ def is_truncated(traj: Trajectory) -> bool:
     return traj.info.get("truncated_reason") is not None and not traj.info.get("terminated")
 
 
-def training_reward(traj: Trajectory, normalize: bool) -> float:
-    """The trajectory reward a trainer trains on: the judge's normalised score when ``normalize``,
-    else the rubric total. The one place that chooses; the expander places the value it returns."""
-    r = traj.reward
-    assert r is not None and r.total is not None
-    return normalized_reward(traj) if normalize else float(r.total)
-
-
 def build_batch(
     trajs: list[Trajectory], expander: Expander, *, normalize: bool, pad_id: int, device: torch.device
 ) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
@@ -40,10 +31,11 @@ def build_batch(
     trajectory's ``info["turn_rewards"]`` on each turn's last policy token."""
     keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
     for t in trajs:
-        if t.reward is None or t.reward.status != "ok" or t.reward.total is None:
+        reward = training_reward(t, normalize)
+        if reward is None:
             dropped_judge += 1
             continue
-        row = expander.expand(t, reward=training_reward(t, normalize))
+        row = expander.expand(t, reward=reward)
         if not row.loss_mask.any():
             dropped_empty += 1
             continue

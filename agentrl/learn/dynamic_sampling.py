@@ -17,8 +17,7 @@ import random
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TypeVar
 
-from agentrl.learn.batch import training_reward
-from agentrl.trajectory import Trajectory
+from agentrl.trajectory import Trajectory, training_reward
 
 T = TypeVar("T")
 
@@ -45,11 +44,6 @@ def groups_with_signal(rewards: Iterable[float | None], group_ids: Sequence[Hash
         if r is not None:
             values.add(float(r))
     return {g for g, values in seen.items() if len(values) > 1}
-
-
-def _reward(t: Trajectory, normalize: bool) -> float | None:
-    ok = t.reward is not None and t.reward.status == "ok" and t.reward.total is not None
-    return training_reward(t, normalize) if ok else None
 
 
 def _groups(trajs: list[Trajectory]) -> dict[str, list[Trajectory]]:
@@ -84,7 +78,9 @@ def fill_groups(
         rounds += 1
         groups = _groups(batch)
         n_groups += len(groups)
-        signal = groups_with_signal([_reward(t, normalize) for t in batch], [t.task_id for t in batch])
+        signal = groups_with_signal(
+            [training_reward(t, normalize) for t in batch], [t.task_id for t in batch]
+        )
         kept += [g for task, g in groups.items() if task in signal]
         dropped += len(groups) - len(signal)
         missing = target - len(kept)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentrl.trajectory import CriterionScore, RewardBreakdown, Trajectory
+from agentrl.trajectory import CriterionScore, RewardBreakdown, Trajectory, training_reward
 
 __all__ = [
     "CriterionDelta",
@@ -77,7 +77,8 @@ class RescoreReport(BaseModel):
 
 
 def _ok(r: RewardBreakdown | None) -> bool:
-    return r is not None and r.status == "ok" and r.total is not None
+    # the reward contract's "trainable"; the report compares the rubric totals
+    return training_reward(r, normalize=False) is not None
 
 
 def _mean(xs: list[float]) -> float | None:

@@ -23,7 +23,7 @@ from agentrl.tokens.cut import GUESS_CHARS_PER_TOKEN, SLACK_TOKENS, cut_plan, ma
 from agentrl.tokens.forks import fork_reasons
 from agentrl.tokens.selftest import TemplateReport, run_self_test
 from agentrl.tokens.template import ChatTemplate, message_to_template
-from agentrl.trajectory import Message, Trajectory
+from agentrl.trajectory import Message, Trajectory, training_reward
 
 __all__ = ["CheckMode", "Expander"]
 
@@ -108,8 +108,8 @@ class Expander:
 
         The expander alone places rewards on tokens. The trajectory reward goes on the last policy
         token (``loss_mask = 1``) of the row as cut by ``max_len``: ``reward`` when given (the value
-        a trainer trains on, e.g. the normalised score), else ``trajectory.reward.total``; nothing
-        is placed, whatever ``reward`` says, when the trajectory is unscored or a ``judge_error``.
+        a trainer trains on, ``training_reward(trajectory, normalize)``), else the rubric total; nothing
+        is placed, whatever ``reward`` says, when ``training_reward`` is None (unscored, judge_error).
         ``turn_rewards`` (one float per assistant turn, or ``trajectory.info["turn_rewards"]``) are
         added on the last kept policy token of each turn, on top of the trajectory reward. When
         ``trajectory.info["prompt_token_ids"]`` holds the ids the engine fed as the first prompt
@@ -372,13 +372,13 @@ class Expander:
                 where = np.flatnonzero((turns == k) & (loss == 1))
                 if where.size:  # a turn cut away by max_len loses its reward
                     scores[where[-1]] += float(r)
-        r = traj.reward
-        if r is None or r.status != "ok" or r.total is None:
+        total = training_reward(traj, normalize=False)  # None: not trainable (the reward contract)
+        if total is None:
             return scores, False
         where = np.flatnonzero(loss == 1)
         if not where.size:  # a row with nothing sampled gets no reward
             return scores, False
-        scores[where[-1]] += float(r.total if reward is None else reward)
+        scores[where[-1]] += float(total if reward is None else reward)
         return scores, True
 
     # ---- forks -------------------------------------------------------------------------------------

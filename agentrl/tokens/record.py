@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agentrl.tokens.arrays import TokenizedTrajectory
-from agentrl.trajectory import Trajectory
+from agentrl.trajectory import Trajectory, training_reward
 
 __all__ = ["TokenTrajectory", "token_trajectory"]
 
@@ -77,15 +77,14 @@ def token_trajectory(
     """Split an expander row at ``prompt_len`` into the engine-neutral record.
 
     ``row`` holds ``[L]`` arrays; the result has ``P = row.prompt_len`` prompt ids and ``C = L - P``
-    completion entries per list. ``reward`` overrides the scalar reward; otherwise it is the
-    trajectory's ``reward.total`` when it was scored ``ok`` (else None). ``trajectory`` supplies the
+    completion entries per list. ``reward`` overrides the scalar reward (an adapter passes the
+    ``training_reward`` it gave the expander); otherwise it is what the expander places by default,
+    ``training_reward(trajectory, normalize=False)``: the rubric total, None when not trainable. ``trajectory`` supplies the
     turn count and env metrics; without it ``num_turns`` counts the distinct turns in the row.
     """
     P = row.prompt_len
     if reward is None and trajectory is not None:
-        r = trajectory.reward
-        if r is not None and r.status == "ok" and r.total is not None:
-            reward = float(r.total)
+        reward = training_reward(trajectory, normalize=False)
     turn_ids = row.turn_ids[P:].tolist()
     metrics: dict[str, float] = {}
     if trajectory is not None:

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from agentrl.judge import normalized_reward
-from agentrl.trajectory import Trajectory
+from agentrl.trajectory import Trajectory, training_reward
 
 __all__ = ["HealthWatch", "health_metrics"]
 
@@ -40,8 +39,8 @@ def health_metrics(trajs: Sequence[Trajectory], normalize: bool = True) -> dict[
     ]
     groups: dict[str, list[float]] = defaultdict(list)
     for t in trajs:
-        if t.reward is not None and t.reward.total is not None:
-            groups[t.task_id].append(normalized_reward(t) if normalize else float(t.reward.total))
+        if (reward := training_reward(t, normalize)) is not None:
+            groups[t.task_id].append(reward)
     scored = [g for g in groups.values() if len(g) >= 2]
     m: dict[str, float] = {}
     if ran + refused:

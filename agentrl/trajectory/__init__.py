@@ -12,6 +12,7 @@ from agentrl.trajectory.models import (
     Verdict,
 )
 from agentrl.trajectory.outcome import answer_report, first_answer, report_of, unanswered_reward
+from agentrl.trajectory.reward import normalize, normalized_reward, training_reward
 from agentrl.trajectory.store import TornLineWarning, TrajectoryStore, read_trajectories, write_trajectories
 
 __all__ = [
@@ -28,8 +29,11 @@ __all__ = [
     "Verdict",
     "answer_report",
     "first_answer",
+    "normalize",
+    "normalized_reward",
     "read_trajectories",
     "report_of",
+    "training_reward",
     "unanswered_reward",
     "write_trajectories",
 ]

@@ -18,7 +18,7 @@ from agentrl.integrations.episode import Generation
 from agentrl.policy import OraclePolicy
 from agentrl.policy.base import EpisodeContext
 from agentrl.tokens import Expander, token_trajectory
-from agentrl.trajectory import Message, Trajectory
+from agentrl.trajectory import Message, Trajectory, training_reward
 from tests.tokens.fixtures import make_tokenizer_cached
 
 ENV_CONFIG = {"search_k": 2, "page_chars": 300}
@@ -62,11 +62,13 @@ class OracleEngine:
         return Generation(ids, logprobs, "stop")
 
 
-def expected(trajectory: Trajectory):  # type: ignore[no-untyped-def]
-    """What an adapter must hand over for ``trajectory``: a fresh expander's row, split at the first
-    generated token and cut after the last policy token."""
-    row = Expander(tokenizer()).expand(trajectory)
-    rec = token_trajectory(row, trajectory)
+def expected(trajectory: Trajectory, normalize: bool = True):  # type: ignore[no-untyped-def]
+    """What an adapter must hand over for ``trajectory``: a fresh expander's row with the reward
+    contract's number (``normalize``: the adapters' default, as the native trainer's), split at the
+    first generated token and cut after the last policy token."""
+    reward = training_reward(trajectory, normalize)
+    row = Expander(tokenizer()).expand(trajectory, reward=reward)
+    rec = token_trajectory(row, trajectory, reward=reward)
     last = max(i for i, m in enumerate(rec.loss_mask) if m) + 1
     return row, rec, last
 

@@ -16,7 +16,7 @@ from agentrl.integrations import (
     verl_output_fields,
 )
 from agentrl.tokens import Expander
-from agentrl.trajectory import RewardBreakdown
+from agentrl.trajectory import RewardBreakdown, training_reward
 from tests.integrations.helpers import ENV_CONFIG, OracleEngine, expected, tasks, tokenizer
 
 
@@ -67,7 +67,8 @@ def test_oracle_episode_is_token_in_token_out_and_matches_the_expander():
     assert r.loss_mask == rec.loss_mask[:last] and r.loss_mask[-1] == 1
     assert r.rollout_logprobs == rec.rollout_logprobs[:last]
     assert r.token_level_scores == rec.token_level_scores[:last]
-    assert r.token_level_scores[-1] == traj.reward.total and sum(r.token_level_scores) == traj.reward.total
+    want = training_reward(traj, True)  # run_episode's default normalize, as the native trainer's
+    assert r.token_level_scores[-1] == want and sum(r.token_level_scores) == want == 1.0
     # Only what follows the last sampled stop token was cut, and none of it is trainable.
     assert not any(rec.loss_mask[last:]) and not any(rec.token_level_scores[last:])
     # Logprobs: the engine's on sampled tokens, 0.0 on observation tokens.
@@ -75,7 +76,7 @@ def test_oracle_episode_is_token_in_token_out_and_matches_the_expander():
     got = [lp for lp, m in zip(r.rollout_logprobs, r.loss_mask, strict=True) if m]
     assert got == np.asarray(sampled, dtype=np.float32).tolist()  # the row keeps float32 logprobs
     assert all(lp == 0.0 for lp, m in zip(r.rollout_logprobs, r.loss_mask, strict=True) if not m)
-    assert r.num_turns == 3 and ep.reward == traj.reward.total
+    assert r.num_turns == 3 and ep.reward == want
 
 
 def test_budget_caps_the_completion():

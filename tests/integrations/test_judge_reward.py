@@ -50,8 +50,13 @@ def test_reward_function_asks_our_judge_for_answers_the_env_could_not_score(serv
     reward = make_reward_func(_settings(server, "good"))
     trajs = [_pending(GOOD_REPORT, "a"), _pending(GOSSIP_REPORT, "b")]
     got = asyncio.run(reward([None] * 2, [None] * 2, [t.model_dump_json() for t in trajs]))
-    assert got == [2.5, 0.5]  # figure + quarter + cite; the gossip report only cites
+    assert got == [
+        1.0,
+        0.2,
+    ]  # normalised (the default): figure + quarter + cite = 2.5 of 2.5; only cites: 0.5
     assert sum(1 for r in server.requests if r["model"].endswith("integrations")) == 2
+    raw = make_reward_func({**_settings(server, "good"), "normalize": False})
+    assert asyncio.run(raw([None] * 2, [None] * 2, [t.model_dump_json() for t in trajs])) == [2.5, 0.5]
 
 
 def test_a_failing_judge_gives_no_reward_never_zero(server):

@@ -18,6 +18,7 @@ from agentrl.integrations.skyrl import ENV_ID, ResearchGenerator, ResearchTextEn
 from agentrl.integrations.task_data import task_rows  # noqa: E402
 from agentrl.policy import OraclePolicy  # noqa: E402
 from agentrl.policy.base import EpisodeContext  # noqa: E402
+from agentrl.trajectory import RewardBreakdown, training_reward  # noqa: E402
 from tests.integrations.helpers import ENV_CONFIG, OracleEngine, expected, tasks, tokenizer  # noqa: E402
 
 SETTINGS = {"env": ENV_CONFIG, "max_new_tokens": 256}
@@ -40,6 +41,8 @@ def test_skyrl_gym_env_gives_our_env_rewards_and_observations():
         action = asyncio.run(policy.act(list(ours.messages), ctx)).text
         out = env.step(action)
         _, reward, terminated, truncated, info = ours.step(action)
+        if terminated:  # the rubric score, normalised as the native trainer's default
+            reward = training_reward(RewardBreakdown.model_validate(info["reward_breakdown"]), True)
         assert out["reward"] == reward and out["done"] == (terminated or truncated)
         assert [o["content"] for o in out["observations"]] == [m["content"] for m in info["messages"]]
         done, steps = out["done"], steps + 1
@@ -96,7 +99,9 @@ def test_generator_output_is_our_expander_output_with_per_token_rewards():
         assert out["loss_masks"][k] == rec.loss_mask[:last]
         assert out["rollout_logprobs"][k] == rec.rollout_logprobs[:last]
         assert out["rewards"][k] == rec.token_level_scores[:last]
-        assert out["rewards"][k][-1] == traj.reward.total > 0 and sum(out["rewards"][k]) == traj.reward.total
+        want = training_reward(traj, True)  # the settings' default normalize, as the native trainer's
+        assert out["rewards"][k][-1] == pytest.approx(want) and sum(out["rewards"][k]) == pytest.approx(want)
+        assert want > 0
     assert out["rollout_metrics"]["agentrl/excluded"] == 0.0
 
 

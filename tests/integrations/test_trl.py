@@ -12,7 +12,7 @@ import pytest
 
 from agentrl.integrations.task_data import task_rows
 from agentrl.integrations.trl import make_reward_func, make_rollout_func
-from agentrl.trajectory import RewardBreakdown, Trajectory
+from agentrl.trajectory import RewardBreakdown, Trajectory, training_reward
 from tests.integrations.helpers import ENV_CONFIG, OracleEngine, expected, tasks, tokenizer
 
 SETTINGS = {"env": ENV_CONFIG, "max_new_tokens": 256}
@@ -37,7 +37,7 @@ def _check_against_expander(out, k):
     assert out["completion_ids"][k] == rec.completion_ids[:last]
     assert out["env_mask"][k] == rec.loss_mask[:last]
     assert out["logprobs"][k] == rec.rollout_logprobs[:last]
-    assert out["agentrl_reward"][k] == traj.reward.total
+    assert out["agentrl_reward"][k] == training_reward(traj, True) == rec.reward
     return traj
 
 
@@ -54,7 +54,7 @@ def test_rollout_func_hands_over_the_expander_row_and_batches_turns():
     reward = make_reward_func(SETTINGS)
     assert reward.__name__ == "agentrl_reward"
     got = asyncio.run(reward(prompts, [None] * 3, out["agentrl_trajectory"]))
-    assert got == [t.reward.total for t in trajs] and all(g > 0 for g in got)
+    assert got == [training_reward(t, True) for t in trajs] and all(g > 0 for g in got)
     # A judge error, and an answer left for a judge that is not configured: no reward, never 0.
     bad = trajs[0].model_copy(update={"reward": RewardBreakdown(total=None, status="judge_error")})
     pending = trajs[1].model_copy(update={"reward": None, "info": {**trajs[1].info, "needs_judge": True}})
@@ -94,7 +94,9 @@ def test_grpo_trainer_trains_on_what_the_rollout_handed_over(tmp_path):
             np.asarray(rec.rollout_logprobs[:last]),
             rtol=1e-6,
         )
-    want = np.mean([Trajectory.model_validate_json(i["agentrl_trajectory"]).reward.total for i in inputs])
+    want = np.mean(
+        [training_reward(Trajectory.model_validate_json(i["agentrl_trajectory"]), True) for i in inputs]
+    )
     assert trainer._metrics["train"]["rewards/agentrl_reward/mean"] == [pytest.approx(want)]
 
 

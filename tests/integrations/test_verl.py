@@ -28,6 +28,7 @@ from agentrl.errors import ConfigError  # noqa: E402
 from agentrl.integrations.mapping import verl_output_fields  # noqa: E402
 from agentrl.integrations.verl import AGENT_NAME, ResearchAgentLoop  # noqa: E402
 from agentrl.integrations.verl_advantage import ESTIMATOR, register  # noqa: E402
+from agentrl.trajectory import training_reward  # noqa: E402
 from tests.integrations.helpers import (  # noqa: E402
     OracleEngine,
     expected,
@@ -55,9 +56,11 @@ class FakeServerManager:
         return TokenOutput(token_ids=gen.token_ids, log_probs=gen.logprobs, stop_reason="completed")
 
 
-def _loop(server, response_length=4096, adv_estimator=ESTIMATOR):
+def _loop(server, response_length=4096, adv_estimator=ESTIMATOR, normalize=None):
     registry = OmegaConf.load(EXAMPLES / "agent_loop.yaml")
     entry = next(e for e in registry if e.name == AGENT_NAME)
+    if normalize is not None:
+        entry.agentrl.normalize = normalize
     trainer = OmegaConf.create(
         {
             "actor_rollout_ref": {"rollout": {"prompt_length": 2048, "response_length": response_length}},
@@ -76,10 +79,11 @@ def _loop(server, response_length=4096, adv_estimator=ESTIMATOR):
     )
 
 
-def test_agent_loop_output_is_our_expander_output():
+@pytest.mark.parametrize("normalize", [None, False])  # None: the example's setting, the default
+def test_agent_loop_output_is_our_expander_output(normalize):
     task = tasks()[0]
     server = FakeServerManager(OracleEngine(tasks()))
-    loop = _loop(server)
+    loop = _loop(server, normalize=normalize)
     assert isinstance(loop, agent_loop.AgentLoopBase) and isinstance(loop, ResearchAgentLoop)
     assert agent_loop._agent_loop_registry[AGENT_NAME]["_target_"].endswith("ResearchAgentLoop")
     row = {"extra_info": {"task_id": task.id, "index": 3}, "raw_prompt": [], "index": 3}
@@ -91,12 +95,14 @@ def test_agent_loop_output_is_our_expander_output():
     # The same trajectory, expanded by a fresh expander: the fields verl got must equal it.
     traj = loop.episode.trajectory
     assert traj.task_id == task.id and traj.info["seed"] == 3
-    _, rec, last = expected(traj)
+    _, rec, last = expected(traj, normalize=normalize is not False)
     assert out.prompt_ids == rec.prompt_ids
     assert out.response_ids == rec.completion_ids[:last]
     assert out.response_mask == rec.loss_mask[:last]
     assert out.response_logprobs == rec.rollout_logprobs[:last]
-    assert out.reward_score == traj.reward.total > 0
+    assert out.reward_score == pytest.approx(training_reward(traj, normalize is not False))
+    assert out.reward_score > 0
+    assert (out.reward_score == traj.reward.total) == (normalize is False)  # a weighted-sum rubric
     assert out.num_turns == len(traj.messages) == 7
     # verl's own conversion puts the scalar on the last response token: our last policy token.
     d = out.as_dict() if hasattr(out, "as_dict") else None

@@ -149,3 +149,30 @@ def test_dynamic_sampling_with_staleness_1_is_refused_in_one_line():
             "examples/quickstart.yaml",
             {"algorithm.dynamic_sampling.enable": True, "rollout.staleness": 1},
         )
+
+
+@pytest.mark.parametrize(("max_rounds", "normalize"), [(7, False), (2, True)])
+def test_the_step_passes_max_rounds_and_the_runs_normalize_to_the_refill(monkeypatch, max_rounds, normalize):
+    """``algorithm.dynamic_sampling.max_rounds`` and ``judge.normalize`` (the reward compared is the
+    one trained on) reach ``fill_groups`` from the step, whatever their defaults."""
+    from types import SimpleNamespace
+
+    import agentrl.train.step_sampling as step_sampling
+    from agentrl.train.config import TrainConfig
+
+    seen = {}
+
+    def fill_groups(trajs, more, **kw):
+        seen.update(kw)
+        return trajs, trajs, {}
+
+    monkeypatch.setattr(step_sampling, "fill_groups", fill_groups)
+    ds = {"enable": True, "max_rounds": max_rounds}
+    cfg = TrainConfig.model_validate(
+        {"algorithm": {"dynamic_sampling": ds}, "judge": {"normalize": normalize}}
+    )
+    trajs = _group("a", 0, 1) + _group("b", 1, 1)
+    me = SimpleNamespace(cfg=cfg, tasks=[], _step_tasks=lambda step: [], _my_share=list)
+    keep, sampled = step_sampling.StepSampling._dynamic_sampling(me, 1, trajs, {})
+    assert keep == sampled == trajs
+    assert seen == {"target": 2, "max_rounds": max_rounds, "normalize": normalize}

@@ -137,7 +137,11 @@ def test_the_overlong_penalty_is_added_on_the_last_policy_token(tok):
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")
-def test_the_trainer_applies_every_option_from_the_config(tmp_path):
+def test_the_trainer_applies_every_option_from_the_config(tmp_path, monkeypatch):
+    """A real step with every option on: the update gets the configured algorithm, and its numbers
+    are the ones those options give, recomputed here from what the update was fed (the rollout
+    correction by the Python loop, the overlong penalty by hand, the truncated share by counting)."""
+    import agentrl.train.trainer as trainer_module
     from agentrl.train import Trainer
     from tests.train.learning_signal import assert_learning_signal, train_config
 
@@ -146,15 +150,49 @@ def test_the_trainer_applies_every_option_from_the_config(tmp_path):
         "algorithm.policy_loss": "gspo",
         "algorithm.rollout_correction": {"rollout_is": "sequence", "rollout_rs": "token_k3",
                                          "rollout_rs_threshold": 0.5},
-        "algorithm.overlong": {"enable": True, "len": 8, "mask_truncated": True},
+        "algorithm.overlong": {"enable": True, "len": 20, "penalty_factor": 0.5, "mask_truncated": True},
     }  # fmt: skip
+    fed: dict = {}
+    real_update, real_advantages = trainer_module.update_actor, trainer_module.compute_advantages
+
+    def update_actor(model, opt, batch, cfg, **kw):
+        fed["update"] = ({k: v.detach().clone() for k, v in batch.items()}, cfg)
+        return real_update(model, opt, batch, cfg, **kw)
+
+    def compute_advantages(batch, cfg, *a, **kw):
+        fed["advantages"] = cfg
+        return real_advantages(batch, cfg, *a, **kw)
+
+    monkeypatch.setattr(trainer_module, "update_actor", update_actor)
+    monkeypatch.setattr(trainer_module, "compute_advantages", compute_advantages)
     t = Trainer(train_config(tmp_path, **over), progress=False)
     assert t.cfg.algorithm.overlong.max_tokens == 2 * 12  # max_turns × max_new_tokens
     t.setup()
     m = t.train_step()
     assert_learning_signal(tmp_path / "run")
-    assert {"rollout_corr/kl", "rollout_corr/rollout_is_eff_sample_size", "rollout_corr/rollout_rs_masked_fraction",
-            "overlong/penalty_mean", "actor/masked_truncated", "actor/pg_loss"} <= set(m)  # fmt: skip
+    batch, cfg = fed["update"]
+    assert cfg is t.cfg.algorithm and fed["advantages"] is t.cfg.algorithm and cfg.policy_loss == "gspo"
     assert all(v == v for v in m.values())  # no NaN
+    # The overlong penalty: DAPO's, with L_exp = 24 − 20, factor 0.5, on each row's policy tokens.
+    lengths = batch["loss_mask"].sum(-1).tolist()
+    penalties = [min(0.0, -(n - 4) / 20 * 0.5) for n in lengths]
+    assert m["overlong/penalty_mean"] == pytest.approx(sum(penalties) / len(penalties), abs=1e-6)
+    assert any(p < 0 for p in penalties)  # some episode reached the buffer: the option had work
+    # mask_truncated: the share of rows cut by a budget, all of them left out of the loss.
+    from agentrl.trajectory import read_trajectories
+
+    trajs = list(read_trajectories(tmp_path / "run" / "trajectories" / "step_00001.jsonl"))
+    cut = [t.info.get("truncated_reason") is not None and not t.info.get("terminated") for t in trajs]
+    # (this fixture's answering model answers every episode: the share is 0 here, and
+    # test_mask_truncated_leaves_truncated_episodes_out_of_the_loss pins the masking itself)
+    assert m["actor/masked_truncated"] == pytest.approx(sum(cut) / len(cut))
+    # The rollout correction: the Python loop on the sampler's and the trainer's old log-probs.
+    known = (batch["loss_mask"] * batch["known_logprobs"]).tolist()
+    _, _, ref = rollout_correction_python(
+        batch["old_logprobs"].tolist(), batch["rollout_logprobs"].tolist(), known, "sequence", 2.0,
+        parse_rs_options("token_k3", 0.5),
+    )  # fmt: skip
+    assert m["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(ref["rollout_rs_masked_fraction"])
+    assert m["rollout_corr/kl"] == pytest.approx(ref["kl"], rel=1e-4, abs=1e-9)
     # the trainer's recomputed old log-probs against the sampler's: the same model, a tiny gap
     assert 0 < abs(m["rollout_corr/kl"]) < 1e-3  # 0 exactly if old were the sampler's

@@ -80,7 +80,8 @@ class _TurnRewardEnv(ResearchEnv):
         return t
 
 
-def test_the_native_batch_and_the_adapters_place_the_same_scores() -> None:
+@pytest.mark.parametrize("normalize", [True, False])
+def test_the_native_batch_and_the_adapters_place_the_same_scores(normalize: bool) -> None:
     task = tasks()[0]
     ep = asyncio.run(
         run_episode(
@@ -92,6 +93,7 @@ def test_the_native_batch_and_the_adapters_place_the_same_scores() -> None:
             episode_id=f"{task.id}#0",
             max_new_tokens=256,
             max_completion_tokens=4096,
+            normalize=normalize,
         )
     )
     traj = ep.trajectory
@@ -101,8 +103,8 @@ def test_the_native_batch_and_the_adapters_place_the_same_scores() -> None:
     adapter = rec.token_level_scores
     assert verl_output_fields(ep)["extra_fields"]["agentrl_token_level_scores"] == adapter
     assert skyrl_generator_output([ep])["rewards"] == [adapter]
-    # The native trainer's batch, from the same trajectory (raw totals, as the adapters train on).
-    keep, batch, _ = build_batch([traj], Expander(tokenizer()), normalize=False, pad_id=0, device=CPU)
+    # The native trainer's batch, from the same trajectory, with the same ``normalize``.
+    keep, batch, _ = build_batch([traj], Expander(tokenizer()), normalize=normalize, pad_id=0, device=CPU)
     assert keep == [traj]
     P, C = len(rec.prompt_ids), len(adapter)
     native = batch["token_level_scores"][0]
@@ -112,4 +114,6 @@ def test_the_native_batch_and_the_adapters_place_the_same_scores() -> None:
     assert not native[:P].any() and not native[P + C :].any()
     # Each turn reward shows up, on three distinct positions, plus the trajectory reward.
     assert np.count_nonzero(adapter) == 3
-    assert sum(adapter) == pytest.approx(traj.reward.total + sum(traj.info["turn_rewards"]))
+    reward = normalized_reward(traj) if normalize else traj.reward.total
+    assert (reward == traj.reward.total) == (not normalize)  # a weighted-sum rubric: they differ
+    assert sum(adapter) == pytest.approx(reward + sum(traj.info["turn_rewards"]))

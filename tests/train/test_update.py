@@ -135,8 +135,36 @@ def test_masked_tokens_receive_no_policy_gradient(tok):
     assert (grad_per_pos[:, -1] == 0).all()  # the last position predicts nothing
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def _reference_gradient(actor, batch, cfg, norm):
+    """The mini-batch's gradient computed independently of ``update_actor``: one padded forward of
+    every row, the clipped PPO loss per token written out here, aggregated over the whole batch by
+    ``cfg.loss_agg``'s definition (no micro-batches, no injected denominator)."""
+    actor.zero_grad(set_to_none=True)
+    logits = actor(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
+    lp = torch.cat([torch.zeros(len(lp), 1), lp], dim=1)
+    old, adv, m = batch["old_logprobs"], batch["advantages"], batch["loss_mask"].float()
+    ratio = torch.exp(lp - old)
+    clipped = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)
+    per_token = torch.maximum(-adv * ratio, -adv * clipped)
+    per_token = torch.where(adv < 0, torch.minimum(per_token, -adv * cfg.clip_c), per_token)
+    sums, counts = (per_token * m).sum(-1), m.sum(-1)
+    loss = {
+        "token-mean": sums.sum() / counts.sum(),
+        "seq-mean-token-mean": (sums / counts).mean(),
+        "seq-mean-token-sum": sums.mean(),
+        "seq-mean-token-sum-norm": sums.sum() / norm,
+    }[cfg.loss_agg]
+    loss.backward()
+    return torch.cat([p.grad.flatten() for p in actor.parameters() if p.grad is not None]).clone()
+
+
+@pytest.mark.parametrize(
+    "agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tok, agg):
+    """One micro-batch, and one row at a time, each give the gradient of the whole mini-batch's
+    loss computed independently (``_reference_gradient``), not merely the same as each other."""
     trajs = _trajectories(tok, n=5, seed=3)
     grads = []
     for budget in (10_000, 40):  # one micro-batch vs one row at a time
@@ -151,6 +179,8 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tok, agg):
             batch["old_logprobs"].shape, generator=torch.Generator().manual_seed(1)
         )
         cfg = AlgorithmConfig(name="grpo", mini_batch_size=5, micro_batch_tokens=budget, loss_agg=agg)
+        want = _reference_gradient(actor, batch, cfg, norm=64)
+        actor.zero_grad(set_to_none=True)
         opt = torch.optim.SGD(actor.parameters(), lr=0.0)
         captured = {}
         orig_step = opt.step
@@ -160,7 +190,11 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tok, agg):
             return _orig(*a, **k)
 
         opt.step = step
-        update_actor(actor, opt, batch, cfg, grad_clip=1e9, generator=torch.Generator().manual_seed(0))
+        update_actor(
+            actor, opt, batch, cfg, norm=64, grad_clip=1e9, generator=torch.Generator().manual_seed(0)
+        )
+        assert want.abs().max() > 1e-4  # there is a gradient to get right
+        assert torch.allclose(captured["g"], want, atol=1e-6, rtol=1e-4), budget
         grads.append(captured["g"])
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
 
