@@ -4,7 +4,8 @@ rubric puts research and the distractor, which is what the quickstart's GRPO lea
 
     python -m tests.bench.oracle_rewards [SUITE] [--samples 8]
 
-Every task of the suite, ``--samples`` seeded episodes each, through the env (the env's reward).
+Every training task of the suite (the env's ``split``, default ``train``: what the quickstart learns
+from), ``--samples`` seeded episodes each, through the env (the env's reward).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     for noise in (0.0, 0.5, 1.0):
         policy = OraclePolicy(noise)
         by: dict[str, list[float]] = {"official": [], "distractor": []}
-        for task in env.suite.tasks:
+        for task in env.tasks:
             official = task.ground_truth["official"]["url"].split("://", 1)[1]
             for s in range(args.samples):
                 traj = asyncio.run(run_policy_episode(env, policy, task, s, 0))

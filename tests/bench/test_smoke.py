@@ -214,6 +214,7 @@ def test_reliability(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(lines(out, "judge ")) == 4 and len(lines(out, "rollout ")) == 1
 
 
+@pytest.mark.long
 @pytest.mark.real_model
 @pytest.mark.slow
 @smoke("smollm2")
@@ -325,8 +326,9 @@ def test_checkpoint_cost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.slow
 @smoke("seeds")
 def test_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Two real tiny runs with an evaluation before and after RL, read back as a table; run again,
-    the finished runs are read, not trained again; --check exits 1 when a run misses the bar."""
+    """A real tiny run with an evaluation before and after RL, read back as a table; run again, the
+    finished run is read, not trained again; --check exits 1 when a run misses the bar (the summary
+    over several seeds: ``test_seeds_summary_over_seeds``)."""
     from agentrl.env.sandbox import build
     from tests.bench import seeds
 
@@ -334,26 +336,26 @@ def test_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     build(suite, seed=7, companies=2, heldout=1)
     ev = {"before_train": True, "at_end": True, "n": 2, "limit": 2}
     config = _tiny_config(tmp_path, **{"rollout.suite": str(suite), "sft_steps": 1, "steps": 1, "eval": ev})
-    argv = [config, "--seeds", "0,1", "--kernels", "avx2", "--out", str(tmp_path / "runs")]
+    argv = [config, "--seeds", "0", "--kernels", "avx2", "--out", str(tmp_path / "runs")]
     assert seeds.main([*argv, "--json", str(tmp_path / "seeds.json")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CPU: ")
     rows = [line for line in out.splitlines() if line.startswith("| avx2 (")]
-    assert [r.split("|")[2].strip() for r in rows] == ["0", "1"], out
+    assert [r.split("|")[2].strip() for r in rows] == ["0"], out
     figures = json.loads((tmp_path / "seeds.json").read_text())["runs"]
-    assert [r["seed"] for r in figures] == [0, 1] and all(r["capability"] == "AVX2" for r in figures)
+    assert [r["seed"] for r in figures] == [0] and all(r["capability"] == "AVX2" for r in figures)
     for r in figures:
         for key in ("before", "after", "gain"):
             assert r[key]["low"] <= r[key]["mean"] <= r[key]["high"], (key, r[key])
         assert r["gain"]["mean"] == pytest.approx(r["after"]["mean"] - r["before"]["mean"], abs=1e-9)
         assert r["tasks"] == 2 and r["episodes"] == 4 and r["seconds"] > 0
     summary = [line for line in out.splitlines() if line.startswith("- avx2, held-out gain: ")]
-    assert len(summary) == 1 and "over 2 seeds" in summary[0] and "worst seed" in summary[0], out
+    assert len(summary) == 1 and "over 1 seeds" in summary[0] and "worst seed" in summary[0], out
 
-    stamps = [(tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)]
+    stamps = [(tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0,)]
     assert seeds.main([*argv, "--check"]) == 1  # a 1-step tiny run is nowhere near the bar
     again = capsys.readouterr().out
-    assert again.count(" NO |") == 2
+    assert again.count(" NO |") == 1
     assert stamps == [
         (tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)
     ]

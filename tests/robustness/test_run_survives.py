@@ -120,6 +120,7 @@ def test_the_uninterrupted_run_checkpoints_often_and_keeps_the_last_few(referenc
     assert not (run / ".agentrl.lock").exists()
 
 
+@pytest.mark.long
 def test_killed_in_the_warm_start_then_stopped_in_rl_resumes_exactly(reference, tmp_path):
     cfg, want, _ = reference
     run = tmp_path / "run"

@@ -97,6 +97,7 @@ def test_imported_directory_computes_what_the_gguf_model_computes(gguf_file, smo
     assert torch.allclose(la, lb, atol=1e-4)
 
 
+@pytest.mark.long
 def test_rollout_with_the_imported_model_stores_what_the_sampler_drew(smollm2_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -197,6 +197,7 @@ def test_two_processes_equal_one(request, tmp_path, algo):
         assert a.reward.total == b.reward.total
 
 
+@pytest.mark.long
 @pytest.mark.slow
 @pytest.mark.xdist_group("grpo_runs")
 def test_fsdp_resume_equals_single_process_resume(request, tmp_path):
@@ -217,6 +218,7 @@ def test_fsdp_resume_equals_single_process_resume(request, tmp_path):
     _assert_signal(rows[1], "grpo", "fsdp resumed step")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_fsdp_with_lora_equals_single_process(tmp_path):
     """LoRA under FSDP2: frozen base and trainable adapters sharded together; the base model (adapters

@@ -91,6 +91,7 @@ def _trajs(run_dir, step):
     return list(read_trajectories(run_dir / "trajectories" / f"step_{step:05d}.jsonl"))
 
 
+@pytest.mark.long
 def test_a_preempted_process_sampler_run_resumes_as_the_thread_sampler_runs(tmp_path):
     """Staleness 1 through a sampler process, killed after step 1 (its checkpoint holds step 2's
     batch, sampled by version 0) and resumed, equals the uninterrupted run through the in-thread
