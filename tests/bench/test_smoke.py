@@ -356,9 +356,7 @@ def test_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert seeds.main([*argv, "--check"]) == 1  # a 1-step tiny run is nowhere near the bar
     again = capsys.readouterr().out
     assert again.count(" NO |") == 1
-    assert stamps == [
-        (tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0, 1)
-    ]
+    assert stamps == [(tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0,)]
 
 
 def test_seeds_summary_over_seeds() -> None:
