@@ -348,9 +348,9 @@ async def complete(
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            status = _status(e)
-            detail = f"{type(e).__name__}" + (f" {status}" if status else "") + f": {_error_text(e)[:300]}"
-            if mode != "given" and forms[form] != "none" and names_response_format(status, _error_text(e)):
+            status, text = _status(e), _error_text(e)
+            detail = f"{type(e).__name__}" + (f" {status}" if status else "") + f": {text[:300]}"
+            if mode != "given" and forms[form] != "none" and names_response_format(status, text):
                 if form + 1 < len(forms):  # the worker noted the refusal (``failed``)
                     form += 1
                     continue
