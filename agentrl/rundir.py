@@ -81,6 +81,8 @@ SUMMARY = "summary.json"
 REWARD_CURVE = "reward_curve.png"
 REPORT = "report.html"
 TOKENIZER = "tokenizer"
+#: The run's sampling spec (``agentrl.tokens.spec``): stop ids, limits, temperature, top-p.
+SAMPLING = "sampling.json"
 TENSORBOARD = "tensorboard"
 TRAJECTORIES = "trajectories"
 TOKENS = "tokens"
@@ -92,8 +94,8 @@ AUDIT = "audit"
 LOCK = ".agentrl.lock"
 #: The entries agentrl itself writes at the top of a run directory (``config.yaml`` is the user's).
 OWNED = frozenset(
-    {CONFIG, METRICS, SFT, SUMMARY, REWARD_CURVE, REPORT, TOKENIZER, TENSORBOARD, TRAJECTORIES, TOKENS,
-     CHECKPOINTS, VLLM_SYNC, EVAL, AUDIT}
+    {CONFIG, METRICS, SFT, SUMMARY, REWARD_CURVE, REPORT, TOKENIZER, SAMPLING, TENSORBOARD, TRAJECTORIES,
+     TOKENS, CHECKPOINTS, VLLM_SYNC, EVAL, AUDIT}
 )  # fmt: skip
 #: Inside one checkpoint directory ``checkpoints/step_NNNNN/``.
 STATE = "state.pt"
@@ -255,6 +257,10 @@ class RunDir:
     @property
     def tokenizer_dir(self) -> Path:
         return self.path / TOKENIZER
+
+    @property
+    def sampling_file(self) -> Path:
+        return self.path / SAMPLING
 
     @property
     def tensorboard_dir(self) -> Path:

@@ -27,6 +27,7 @@ LAYERS = {
     "cachedir": 0,
     "hub": 0,  # hub ids: cached, or the hub answers (stdlib; httpx when asked)
     "runlock": 0,  # one writer per output (stdlib)
+    "ranks": 0,  # which rank this process is: the one answer (torch.distributed, never imported here)
     "judge": 1,
     "tokens": 1,
     "env": 2,
@@ -34,6 +35,7 @@ LAYERS = {
     "learn": 2,
     "rollout": 3,
     "eval": 3.5,  # DESIGN.md's layer 7 beside train, but below it here: train calls the evaluation hook
+    "sampling": 3.5,  # everything that samples tokens (HF, KV cache, vLLM, sampler process, hf: policy)
     "train": 4,
     "replay": 5,
     "explain": 5,
@@ -57,6 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     "cachedir": set(),
     "hub": {"errors"},
     "runlock": {"errors"},
+    "ranks": set(),
     "judge": {"errors", "trajectory", "credentials", "yamlload"},
     "tokens": {"errors", "trajectory", "algos"},
     "env": {"errors", "trajectory", "judge", "cachedir", "yamlload"},
@@ -64,8 +67,21 @@ ALLOWED: dict[str, set[str]] = {
     "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir"},
     "rollout": {"errors", "trajectory", "judge", "env", "policy", "tokens", "seeds", "outputs"},
     "eval": {"errors", "trajectory", "rundir", "judge", "env", "rollout", "seeds"},
+    "sampling": {
+        "errors",
+        "trajectory",
+        "rundir",
+        "ranks",
+        "tokens",
+        "env",
+        "policy",
+        "learn",
+        "rollout",
+    },
     "train": {
         "eval",
+        "sampling",
+        "ranks",
         "errors",
         "trajectory",
         "algos",

@@ -117,9 +117,9 @@ def _explain_stored(args: argparse.Namespace):
         why = "it has no reward" if r is None else f"its reward is {r.status}"
         notes.append(f"not trained: {why} (training leaves it out), so it has no token numbers")
         return explain_trajectory(traj, notes=notes, **common)
-    from agentrl.tokens import Expander
+    from agentrl.tokens import run_expander
 
-    expander = Expander(tokenizer, max_len=settings.max_len)
+    expander = run_expander(tokenizer, run.sampling_file if run else None, settings.max_len)
     step = step_of(traj, args.trajectories) if run else None
     stats = run.token_stats(step) if run and step is not None else None
     if run and stats is None:

@@ -137,7 +137,7 @@ def _tensors(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
         save_tensors,
         step_of,
     )
-    from agentrl.tokens import Expander
+    from agentrl.tokens import run_expander
     from agentrl.train.run_config import load_run_config
 
     run = RunDir.open(args.run) if args.run else None
@@ -163,7 +163,7 @@ def _tensors(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     rebuilt = rebuild_batch(
         trajs,
-        Expander(tokenizer, max_len=settings.max_len),
+        run_expander(tokenizer, run.sampling_file if run else None, settings.max_len),
         settings,
         stored=stored,
         critic=critic,

@@ -228,7 +228,7 @@ def _rollout(args: argparse.Namespace) -> Any:
             raise ConfigError("--policy hf: samples in this process; drop --ray")
         if not args.policy[3:]:
             raise ConfigError("--policy: hf needs a path, as hf:PATH")
-        from agentrl.train.hf_policy import load_hf_policy
+        from agentrl.sampling.hf_policy import load_hf_policy
 
         policy = load_hf_policy(
             args.policy[3:], device=args.device, temperature=args.temperature, max_tokens=args.max_tokens

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError
-from agentrl.tokens import Expander
+from agentrl.tokens import Expander, sampling_spec
 from agentrl.yamlload import load_yaml, read_text
 
 __all__ = ["AgentSettings", "expander_for", "load_settings"]
@@ -82,16 +82,23 @@ def load_settings(
 
 
 _EXPANDERS: dict[tuple[int, str], Expander] = {}
+# Expander options that are not template options (``chat_template`` is both, and stays in).
+_EXPANDER_OPTIONS = frozenset({"check", "on_fork", "tool_arguments", "train_retokenized", "max_len"})
 _LOCK = threading.Lock()
 
 
 def expander_for(tokenizer: Any, **template_kwargs: Any) -> Expander:
     """One ``Expander`` per (tokenizer, template options) per process: construction runs the
-    template self-test, and an engine builds one agent loop per sample."""
+    template self-test, and an engine builds one agent loop per sample. It is the expander of the
+    model's ``SamplingSpec`` (``agentrl.tokens.sampling_spec``: the template's end-of-turn ∪ the
+    EOS ids of the tokenizer and of the ``generation_config.json`` saved beside it), as the native
+    trainer's is."""
     key = (id(tokenizer), repr(sorted(template_kwargs.items())))
     with _LOCK:
         exp = _EXPANDERS.get(key)
         if exp is None or exp.tokenizer is not tokenizer:
-            exp = Expander(tokenizer, **template_kwargs)
+            renders = {k: v for k, v in template_kwargs.items() if k not in _EXPANDER_OPTIONS}
+            spec = sampling_spec(tokenizer, **renders)
+            exp = spec.expander(tokenizer, **template_kwargs)
             _EXPANDERS[key] = exp
         return exp

@@ -159,7 +159,6 @@ class ResearchGenerator:
         extras = input_batch.get("env_extras") or [{} for _ in prompts]
         traj_ids = input_batch.get("trajectory_ids")
         sampling = dict(input_batch.get("sampling_params") or self.sampling_params)
-        stops = self.expander.stop_ids
 
         async def one(k: int) -> Episode:
             task_id = _task_id(extras[k])
@@ -182,8 +181,7 @@ class ResearchGenerator:
                 )
                 ids = list(out["response_ids"][0])
                 lps = out.get("response_logprobs")
-                finish = "stop" if ids and ids[-1] in stops else "length"
-                return Generation(ids, None if lps is None else list(lps[0]), finish)
+                return Generation(ids, None if lps is None else list(lps[0]))
 
             return await run_episode(
                 self.settings.make_env(),

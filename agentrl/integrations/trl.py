@@ -39,10 +39,10 @@ __all__ = ["BatchGenerate", "make_reward_func", "make_rollout_func", "trainer_ge
 BatchGenerate = Callable[[list[list[int]], list[int]], Any]
 
 
-def trainer_generate_batch(trainer: Any, stop_ids: frozenset[int]) -> BatchGenerate:
+def trainer_generate_batch(trainer: Any) -> BatchGenerate:
     """The trainer's own single-turn token-in-token-out generation as a ``BatchGenerate``: one
-    completion per prompt, cut at ``max_tokens``; ``finish_reason`` is ``stop`` when the last id is
-    a stop token. Logprobs are None when the trainer's backend gives none (plain transformers)."""
+    completion per prompt, cut at ``max_tokens`` (the episode loop reads how each finished from
+    its last id). Logprobs are None when the trainer's backend gives none (plain transformers)."""
 
     def generate(prompts: list[list[int]], max_tokens: list[int]) -> list[Generation]:
         completion_ids, logprobs = trainer._generate_single_turn(prompts, None, {}, 1)
@@ -50,7 +50,7 @@ def trainer_generate_batch(trainer: Any, stop_ids: frozenset[int]) -> BatchGener
         for k, ids in enumerate(completion_ids):
             ids = list(ids)[: max_tokens[k]]
             lps = None if logprobs is None else [float(x) for x in logprobs[k]][: len(ids)]
-            out.append(Generation(ids, lps, "stop" if ids and ids[-1] in stop_ids else "length"))
+            out.append(Generation(ids, lps))
         return out
 
     return generate
@@ -98,7 +98,7 @@ def make_rollout_func(
         if tok is None:
             raise ConfigError("make_rollout_func: no tokenizer (pass tokenizer= or use it from a trainer)")
         exp = expander_for(tok, **cfg.template_kwargs)
-        engine = generate_batch or trainer_generate_batch(trainer, exp.stop_ids)
+        engine = generate_batch or trainer_generate_batch(trainer)
         task_ids = []
         for p in prompts:
             text = _prompt_text(p)

@@ -83,7 +83,6 @@ class ResearchAgentLoop(AgentLoopBase):
         seed = int(_get(extra, "seed", _get(extra, "index", kwargs.get("index", 0))) or 0)
         rollout = self.config.actor_rollout_ref.rollout
         request_id = uuid4().hex  # one sticky session per episode: the server reuses its prefix cache
-        stops = self.expander.stop_ids
 
         async def generate(prompt_ids: list[int], max_tokens: int) -> Generation:
             out = await self.server_manager.generate(
@@ -92,8 +91,7 @@ class ResearchAgentLoop(AgentLoopBase):
                 sampling_params={**sampling_params, "max_tokens": max_tokens},
             )
             ids = list(out.token_ids)
-            finish = "stop" if ids and ids[-1] in stops else "length"
-            return Generation(ids, None if out.log_probs is None else list(out.log_probs), finish)
+            return Generation(ids, None if out.log_probs is None else list(out.log_probs))
 
         env = self.settings.make_env()
         try:

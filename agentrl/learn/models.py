@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ __all__ = [
     "build_tiny_model",
     "frozen_copy",
     "fsdp_modules",
+    "full_params",
     "is_sharded",
     "parse_tiny_spec",
     "shifted",
@@ -79,6 +81,27 @@ def fsdp_modules(module: nn.Module) -> list[Any]:
 def is_sharded(module: nn.Module) -> bool:
     """Whether ``module`` (or a submodule) is managed by FSDP2."""
     return bool(fsdp_modules(module))
+
+
+@contextlib.contextmanager
+def full_params(module: nn.Module | None) -> Iterator[None]:
+    """Gather ``module``'s sharded parameters once (a collective on every rank), so that the forward
+    passes inside make no collective calls; reshard on exit. A no-op for unsharded modules."""
+    mods = fsdp_modules(module) if module is not None else []
+    if not mods:
+        yield
+        return
+    for m in mods:
+        m.unshard()
+    for m in mods:
+        m.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield
+    finally:
+        for m in mods[1:] if mods[0] is module else mods:  # the root keeps FSDP's own setting
+            m.set_reshard_after_forward(True, recurse=False)
+        for m in mods:
+            m.reshard()
 
 
 def autocast(model: nn.Module) -> contextlib.AbstractContextManager[Any]:

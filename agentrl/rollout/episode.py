@@ -72,6 +72,7 @@ __all__ = [
     "run_episodes",
     "stable_seed",
     "trim",
+    "turn_finish",
     "turn_seed",
 ]
 
@@ -100,11 +101,11 @@ class EpisodeSpec:
 @dataclass(frozen=True)
 class Generation:
     """One token-mode turn: ``token_ids`` ``[T]`` as sampled (stop token included when one was
-    sampled), the sampler's ``logprobs`` ``[T]`` (None when the engine gives none), ``finish_reason``."""
+    sampled), the sampler's ``logprobs`` ``[T]`` (None when the engine gives none). How the turn
+    finished is not the engine's to say: the episode loop decides it (``turn_finish``)."""
 
     token_ids: list[int]
     logprobs: list[float] | None
-    finish_reason: str
 
 
 class Sampled(Protocol):
@@ -112,7 +113,12 @@ class Sampled(Protocol):
 
     token_ids: list[int]
     logprobs: list[float] | None
-    finish_reason: str
+
+
+def turn_finish(ids: Sequence[int], stops: Collection[int]) -> str:
+    """How a sampled turn finished: ``stop`` when its last id is a stop id, else ``length`` (it was
+    cut). The one place that decides it, whatever the engine reported."""
+    return "stop" if ids and ids[-1] in stops else "length"
 
 
 @dataclass(frozen=True)
@@ -257,7 +263,7 @@ async def run_episode(
             if expander is None:
                 raise ValueError("a generate function returned token ids, but run_episode got no expander")
             ids = [int(t) for t in out.token_ids]
-            finish = "stop" if ids and ids[-1] in stops else "length"  # no stop token: the turn was cut
+            finish = turn_finish(ids, stops)  # no stop token: the turn was cut
             cut = finish == "length"
             out = sampled_message(expander.tokenizer, ids, out.logprobs, finish, stops)
         t0 = time.perf_counter()
@@ -355,11 +361,9 @@ async def run_episodes(
     return list(await asyncio.gather(*(one(i) for i in range(len(specs)))))
 
 
-def trim(gen: Sampled, max_tokens: int | None, stops: Collection[int]) -> Generation:
+def trim(gen: Sampled, max_tokens: int | None) -> Generation:
     """``gen`` cut to ``max_tokens`` (a batched engine sampled up to the batch's largest limit)."""
     ids, lps = list(gen.token_ids), gen.logprobs
     if max_tokens is None or len(ids) <= max_tokens:
-        return Generation(ids, None if lps is None else list(lps), gen.finish_reason)
-    ids = ids[:max_tokens]
-    finish = "stop" if ids and ids[-1] in stops else "length"
-    return Generation(ids, None if lps is None else list(lps)[:max_tokens], finish)
+        return Generation(ids, None if lps is None else list(lps))
+    return Generation(ids[:max_tokens], None if lps is None else list(lps)[:max_tokens])

@@ -16,6 +16,7 @@ from agentrl.tokens.logprobs import token_logprobs
 from agentrl.tokens.record import TokenTrajectory, token_trajectory
 from agentrl.tokens.sampled import sampled_message
 from agentrl.tokens.selftest import TemplateReport
+from agentrl.tokens.spec import SamplingSpec, read_sampling_spec, run_expander, sampling_spec
 from agentrl.tokens.stops import end_of_turn_ids, generation_eos_ids, turn_stop_ids
 from agentrl.tokens.template import ChatTemplate
 
@@ -25,6 +26,7 @@ __all__ = [
     "CheckMode",
     "Expander",
     "ForkError",
+    "SamplingSpec",
     "Segment",
     "SegmentDiff",
     "TemplateError",
@@ -37,7 +39,10 @@ __all__ = [
     "end_of_turn_ids",
     "generation_eos_ids",
     "pack",
+    "read_sampling_spec",
+    "run_expander",
     "sampled_message",
+    "sampling_spec",
     "token_logprobs",
     "token_trajectory",
     "turn_stop_ids",

@@ -22,10 +22,10 @@ from typing import Any
 import torch
 
 from agentrl.rundir import RunDir, checkpoint_order
+from agentrl.sampling.overlap import OneStepOffPolicy, Presampled
 from agentrl.train.checkpoint import TrainState, prune_checkpoints, restore_run, save_run
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import all_gather_objects, rank, world_size
-from agentrl.train.overlap import OneStepOffPolicy, Presampled
 from agentrl.train.report import RunLog
 
 __all__ = ["Checkpointing", "is_warm_start_checkpoint"]

@@ -5,6 +5,7 @@ counts summed over all ranks and gradients are summed with an explicit all-reduc
 optimiser step, so a step on N ranks equals the single-process step on the same data (up to float
 summation order). Explicit all-reduce rather than the DDP wrapper keeps ranks with different
 numbers of micro-batches in step: every rank makes the same number of collective calls.
+Which rank a process is (and the one object gather) is ``agentrl.ranks``, re-exported here.
 Batch statistics (whitening, group baselines, the batch KL, mini-batch membership) are reduced over
 ranks by ``rank_reduce()``, the ``torch.distributed`` implementation of ``agentrl.algos.Reduce``.
 """
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.algos import LOCAL, Reduce
+from agentrl.ranks import all_gather_objects, barrier, is_main, rank, world_size
 
 __all__ = [
     "all_gather_objects",
@@ -47,18 +49,6 @@ def init_distributed() -> torch.device | None:
         return torch.device("cuda", local)
     dist.init_process_group(backend="gloo")
     return None
-
-
-def world_size() -> int:
-    return dist.get_world_size() if dist.is_initialized() else 1
-
-
-def rank() -> int:
-    return dist.get_rank() if dist.is_initialized() else 0
-
-
-def is_main() -> bool:
-    return rank() == 0
 
 
 def all_reduce_sum(x: float) -> float:
@@ -97,15 +87,6 @@ def broadcast_parameters(module: torch.nn.Module) -> None:
         dist.broadcast(t.data, src=0)
 
 
-def all_gather_objects(obj: Any) -> list[Any]:
-    """Every rank's ``obj``, in rank order."""
-    if not dist.is_initialized():
-        return [obj]
-    out: list[Any] = [None] * world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 class _RankReduce:
     """``agentrl.algos.Reduce`` over the default process group. Tensors travel on the backend's
     device (the rank's GPU under NCCL, the CPU under gloo) and come back on their own."""
@@ -135,8 +116,3 @@ def rank_reduce() -> Reduce:
     """The reduction that batch statistics use here: over every rank under ``torchrun``, else the
     identity (``agentrl.algos.LOCAL``)."""
     return _RankReduce() if dist.is_initialized() else LOCAL
-
-
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from agentrl.eval.during_training import Evaluation, audit_summary, eval_env_config, eval_summary
-from agentrl.rollout.episode import EpisodeSpec, Limits
+from agentrl.rollout.episode import EpisodeSpec
+from agentrl.sampling.hf import EpisodeLoop, HFEngine
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import all_gather_objects, is_main, world_size
-from agentrl.train.engines import EpisodeLoop, HFEngine
 from agentrl.trajectory import Trajectory
 
 # ``Trainer`` below is ``agentrl.train.trainer.Trainer``, which imports this module.
@@ -70,8 +70,7 @@ def _engine_rollout(trainer: Trainer) -> Any:
     """The eval episodes' rollout function: the live policy at ``eval.temperature``."""
     cfg, r = trainer.cfg, trainer.cfg.rollout
     temperature = cfg.eval.temperature if cfg.eval.temperature is not None else r.temperature
-    limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
-    loop = EpisodeLoop(trainer.expander, trainer.stop_ids, limits, trainer.pool, temperature, r.top_p)
+    loop = EpisodeLoop(replace(trainer.sampling, temperature=temperature), trainer.expander, trainer.pool)
     if r.engine == "vllm":
         engine = trainer.engine
 

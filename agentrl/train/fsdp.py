@@ -14,15 +14,13 @@ Three rules keep it equal to the single-process step (and free of hangs):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from agentrl.learn.models import fsdp_modules, is_sharded
+from agentrl.learn.models import fsdp_modules, full_params, is_sharded
 
 __all__ = [
     "dummy_micro_batch",
@@ -65,27 +63,6 @@ def set_grad_divide(module: nn.Module, factor: float) -> None:
     for m in fsdp_modules(module):
         m.set_gradient_divide_factor(float(factor))
         m.set_force_sum_reduction_for_comms(True)
-
-
-@contextmanager
-def full_params(module: nn.Module | None) -> Iterator[None]:
-    """Gather ``module``'s sharded parameters once (a collective on every rank), so that the forward
-    passes inside make no collective calls; reshard on exit. A no-op for unsharded modules."""
-    mods = fsdp_modules(module) if module is not None else []
-    if not mods:
-        yield
-        return
-    for m in mods:
-        m.unshard()
-    for m in mods:
-        m.set_reshard_after_forward(False, recurse=False)
-    try:
-        yield
-    finally:
-        for m in mods[1:] if mods[0] is module else mods:  # the root keeps FSDP's own setting
-            m.set_reshard_after_forward(True, recurse=False)
-        for m in mods:
-            m.reshard()
 
 
 def dummy_micro_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

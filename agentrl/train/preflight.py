@@ -18,7 +18,6 @@ stopped before its first checkpoint starts it over (nothing was saved that could
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from pathlib import Path
 from agentrl.errors import AgentRLError, ConfigError
 from agentrl.hub import check_hub_id
 from agentrl.outputs import check_output_dir as writable_dir
+from agentrl.ranks import is_main
 from agentrl.rundir import RunDir
 from agentrl.runlock import OutputLock, lock_output, refuse_if_held
 from agentrl.train.config import TrainConfig, is_hub_id, resolve_input
@@ -40,11 +40,6 @@ __all__ = [
     "prepare_output_dir",
     "setting_up",
 ]
-
-
-def _rank_zero() -> bool:
-    """Rank 0 of a ``torchrun`` job (or a single process), known before the process group exists."""
-    return os.environ.get("RANK", "0") == "0"
 
 
 def _names(names: list[str], most: int = 4) -> str:
@@ -107,7 +102,7 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool 
         raise ConfigError("--resume and --overwrite exclude each other")
     writable_dir(out, flag="output_dir")
     run = RunDir(out)
-    if _rank_zero():  # under torchrun rank 0 holds the lock for every rank
+    if is_main():  # under torchrun rank 0 holds the lock for every rank
         refuse_if_held(run.lock_file, what=f"output_dir {out}")
     if resume:
         if not out.is_dir():
@@ -135,7 +130,7 @@ def check_output_dir(path: str | Path, *, resume: bool = False, overwrite: bool 
                 )
             # A run stopped before its first checkpoint: the trainer starts it over (hold_output_dir).
         return
-    if not _rank_zero():
+    if not is_main():
         return
     ours, foreign = run.entries()
     if foreign:
@@ -163,7 +158,7 @@ def check_run(cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False
 def prepare_output_dir(path: str | Path, *, overwrite: bool = False) -> list[str]:
     """After ``check_run``: with ``overwrite``, delete the earlier run in ``path`` (rank 0 only).
     Returns the names deleted."""
-    if not overwrite or not _rank_zero():
+    if not overwrite or not is_main():
         return []
     return RunDir(path).clear()
 
@@ -177,7 +172,7 @@ def hold_output_dir(
     checkpoint yet (a kill during the setup or the first warm-start steps) runs from the beginning,
     after deleting what the stopped run wrote (said on stderr)."""
     out = Path(path)
-    lock = lock_output(RunDir(out).lock_file, what=f"output_dir {out}") if _rank_zero() else None
+    lock = lock_output(RunDir(out).lock_file, what=f"output_dir {out}") if is_main() else None
     try:
         check_output_dir(out, resume=resume, overwrite=overwrite)
     except BaseException:
@@ -185,7 +180,7 @@ def hold_output_dir(
             lock.release()  # and the directory it created
         raise
     start_over = resume and RunDir(out).latest_checkpoint() is None
-    if start_over and _rank_zero():
+    if start_over and is_main():
         print(
             f"output_dir {out}: the run stopped before its first checkpoint; starting it over",
             file=sys.stderr,
@@ -210,6 +205,6 @@ def setting_up(path: str | Path, *, overwrite: bool = False, fresh: bool | None 
     try:
         yield
     except BaseException:
-        if fresh and _rank_zero() and out.is_dir():
+        if fresh and is_main() and out.is_dir():
             shutil.rmtree(out, ignore_errors=True)
         raise

@@ -16,10 +16,10 @@ from typing import Any
 from agentrl.learn.dynamic_sampling import fill_groups, refill_order
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.rundir import RunDir
+from agentrl.sampling.overlap import OneStepOffPolicy, stamp_version
 from agentrl.seeds import episode_seed, stable_seed
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import all_gather_objects, is_main, rank, world_size
-from agentrl.train.overlap import OneStepOffPolicy, stamp_version
 from agentrl.trajectory import Trajectory, write_trajectories
 
 __all__ = ["StepSampling", "step_seed"]

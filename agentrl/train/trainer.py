@@ -32,14 +32,15 @@ from agentrl.env import ResearchEnv
 from agentrl.env.sources import page_kinds
 from agentrl.errors import ConfigError
 from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values
-from agentrl.rollout.episode import Limits
-from agentrl.rundir import RunDir
-from agentrl.tokens import Expander, turn_stop_ids
+from agentrl.rundir import RunDir, write_json
+from agentrl.sampling.engines import EpisodeLoop, RolloutEngine
+from agentrl.sampling.overlap import OneStepOffPolicy, Presampled
+from agentrl.tokens import sampling_spec
 from agentrl.train.build import build_models, load_tokenizer, tokenizer_source
 from agentrl.train.checkpointing import Checkpointing
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import all_gather_objects, all_reduce_sum, barrier, init_distributed, is_main
-from agentrl.train.engines import EpisodeLoop, RolloutEngine, make_engine
+from agentrl.train.engines import make_engine
 from agentrl.train.evaluation import (
     check_evaluation,
     evaluate_after_step,
@@ -56,7 +57,6 @@ from agentrl.train.interrupt import (
     restore_sigterm,
     stop_requested,
 )
-from agentrl.train.overlap import OneStepOffPolicy, Presampled
 from agentrl.train.preflight import check_run, hold_output_dir, setting_up
 from agentrl.train.progress import Progress, make_progress
 from agentrl.train.report import RunLog
@@ -154,26 +154,35 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         self.judge = StepJudge(cfg.judge)  # one judge for the run, closed by run()
         with self.report.phase(f"models ({cfg.model.path}, {cfg.algorithm.name})"):
             self.models = build_models(cfg, len(self.tokenizer), self.device)
-        # A turn ends on the template's end-of-turn ids ∪ the model's EOS ids; the expander gets the same.
-        gen_cfg = getattr(self.models.policy, "generation_config", None)
-        self.stop_ids = set(turn_stop_ids(self.tokenizer, generation_config=gen_cfg))
-        self.expander = Expander(self.tokenizer, max_len=r.max_len, stop_token_ids=self.stop_ids)
+        # The run's sampling spec: a turn ends on the template's end-of-turn ids ∪ the model's EOS ids,
+        # and the expander the spec builds treats the same ids as a turn's end; recorded for replay.
+        self.sampling = sampling_spec(
+            self.tokenizer,
+            generation_config=getattr(self.models.policy, "generation_config", None),
+            max_len=r.max_len,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+        )
+        self.stop_ids = set(self.sampling.stop_ids)
+        self.expander = self.sampling.expander(self.tokenizer)
         self.log = RunLog(self.out) if is_main() else None
+        if is_main():
+            write_json(RunDir(self.out).sampling_file, self.sampling.to_json())
         if self.sft_data:
             self.new_warm_start()
         if resume_from is not None:
             with self.report.phase(f"restoring the latest checkpoint ({resume_from.name})"):
                 self._restore(resume_from)
-        limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len)
         # staleness 1: a sampler thread tokenizes with a tokenizer of its own (a fast tokenizer shared
         # by two threads can fail with "Already borrowed"); a sampler process has its expander and envs
         in_child = r.staleness == 1 and r.engine == "hf" and r.sampler == "process"
         sampler_expander = (
-            Expander(deepcopy(self.tokenizer), max_len=r.max_len, stop_token_ids=self.stop_ids)
+            self.sampling.expander(deepcopy(self.tokenizer))
             if r.staleness == 1 and not in_child
             else self.expander
         )
-        loop = EpisodeLoop(sampler_expander, self.stop_ids, limits, self.pool, r.temperature, r.top_p)
+        loop = EpisodeLoop(self.sampling, sampler_expander, self.pool)
         self.engine: RolloutEngine = make_engine(
             cfg, self.model, loop, pad_id=self.pad_id, step=self.step, tokenizer=self.tokenizer,
             output_dir=self.out, env_config=self.env_config,

@@ -28,10 +28,10 @@ from typing import Any
 import torch
 
 from agentrl.env import ResearchEnv
-from agentrl.rollout.episode import EpisodeSpec, Limits, episode_seed
-from agentrl.tokens import Expander
-from agentrl.train import generate
-from agentrl.train.engines import EpisodeLoop, HFEngine
+from agentrl.rollout.episode import EpisodeSpec, episode_seed
+from agentrl.sampling import generate
+from agentrl.sampling.engines import EpisodeLoop, HFEngine
+from agentrl.tokens import Expander, SamplingSpec
 from agentrl.train.sft import collect_oracle_trajectories
 from agentrl.train.tokenizer import train_chat_tokenizer
 from agentrl.trajectory import Message, Trajectory
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     pre: dict[str, float] = {"off": 0.0, "on": 0.0}
     same = True
     with cf.ThreadPoolExecutor(2) as pool:
-        loop = EpisodeLoop(exp, stops, Limits(max_new_tokens=80, max_len=1536), pool, 1.0, 1.0)
+        loop = EpisodeLoop(SamplingSpec(frozenset(stops), 1536, 80), exp, pool)
         engines = {
             "off": HFEngine(model, loop, pad_id=0),
             "on": HFEngine(model, loop, pad_id=0, kv_cache_tokens=65536),

@@ -132,7 +132,7 @@ def test_judge_throughput(capsys: pytest.CaptureFixture[str]) -> None:
 @smoke("kv_cache")
 @pytest.mark.parametrize("model", ["quickstart", "smollm2"])
 def test_kv_cache(model: str, at_root: None, capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
-    from agentrl.train import generate
+    from agentrl.sampling import generate
     from tests.bench import kv_cache
 
     monkeypatch.setattr(generate, "_prefill", generate._prefill)  # the script wraps it in a timer

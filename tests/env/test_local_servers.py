@@ -218,9 +218,9 @@ def test_send_tools_in_env_yaml(serve, small_suite, tmp_path):
 
 def test_vllm_token_mode_overflow_is_a_stop_not_retried():
     """The trainer's vLLM path: a prompt over the server's --max-model-len ends the episode (Stop)."""
-    from agentrl.policy.vllm import VLLMClient
     from agentrl.rollout.episode import EpisodeSpec, Request, Stop
-    from agentrl.train.vllm_engine import vllm_generate
+    from agentrl.sampling.vllm_client import VLLMClient
+    from agentrl.sampling.vllm_engine import vllm_generate
     from tests.local_http import RecordingServer
 
     status, body = OVERFLOW["vllm"]

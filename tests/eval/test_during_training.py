@@ -214,3 +214,15 @@ def test_an_evaluation_leaves_the_global_random_states_as_it_found_them():
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
     assert set(evaluate_after_step(trainer, 3)) == {"val/x", "audit/x"}
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_the_evaluation_samples_at_its_own_temperature(suite, tmp_path):
+    """``eval.temperature`` changes the evaluation's sampling only; everything else of the run's
+    sampling spec (stop ids, limits, top-p) is the training rollouts'."""
+    from agentrl.train.evaluation import _engine_rollout
+
+    t = Trainer(_config(suite, tmp_path / "run", **{"eval": {"temperature": 0.25}}), progress=False)
+    t.setup()
+    ev, train = _engine_rollout(t).__self__.loop, t.engine.loop  # type: ignore[attr-defined]
+    assert ev.temperature == 0.25 and train.temperature == t.cfg.rollout.temperature != 0.25
+    assert (ev.stop_ids, ev.limits, ev.top_p) == (train.stop_ids, train.limits, train.top_p)

@@ -4,7 +4,7 @@ readings around a measured region.
 
 ``SHAPES`` holds Qwen2.5-0.5B's and Qwen2.5-1.5B's sizes (151,936-token vocabulary, tied embeddings)
 and the tiny ``dry`` shapes the CPU dry run uses in their place. ``rollout`` samples a batch with
-``agentrl.train.generate.sample_batch`` (KV cache, bf16 autocast on a GPU) and lays it out as the
+``agentrl.sampling.generate.sample_batch`` (KV cache, bf16 autocast on a GPU) and lays it out as the
 trainer's [B, T] batch, with the sampler's log-probs in ``rollout_logprobs``.
 """
 
@@ -116,7 +116,7 @@ def rollout(
     trainer's batch: ``input_ids``, ``attention_mask``, ``position_ids``, ``loss_mask`` (1 on the
     sampled tokens) and ``rollout_logprobs`` (the sampler's log-probs there, 0 elsewhere), all
     [rows, prompt + new] on the model's device. Returns the batch and the sampling's clock."""
-    from agentrl.train.generate import sample_batch
+    from agentrl.sampling.generate import sample_batch
 
     device = next(model.parameters()).device
     vocab = model.config.vocab_size

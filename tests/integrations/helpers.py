@@ -58,8 +58,8 @@ class OracleEngine:
         ids = [*self.tok.encode(msg.text, add_special_tokens=False), self.stop]
         logprobs = [-0.01 * (i + 1) - 0.1 * turn for i in range(len(ids))]
         if len(ids) > max_tokens:
-            return Generation(ids[:max_tokens], logprobs[:max_tokens], "length")
-        return Generation(ids, logprobs, "stop")
+            return Generation(ids[:max_tokens], logprobs[:max_tokens])
+        return Generation(ids, logprobs)
 
 
 def expected(trajectory: Trajectory, normalize: bool = True):  # type: ignore[no-untyped-def]

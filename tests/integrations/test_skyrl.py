@@ -71,7 +71,7 @@ class FakeClient:
         return {
             "responses": [self.engine.tok.decode(gen.token_ids)],
             "response_ids": [gen.token_ids],
-            "stop_reasons": [gen.finish_reason],
+            "stop_reasons": ["stop"],  # SkyRL's own word, which agentrl does not read
             "response_logprobs": [gen.logprobs],
         }
 

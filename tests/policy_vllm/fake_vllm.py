@@ -24,6 +24,7 @@ import json
 import queue
 import random
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,17 @@ from urllib.parse import urlparse
 
 import torch
 
-from agentrl.train.generate import Sample, sample_batch
+from agentrl.sampling.generate import sample_batch
 from tests.local_http import send_json, start_server
+
+
+@dataclass
+class Sample:
+    """One completion as the server reports it: ids, their log-probs, its ``finish_reason``."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
 
 
 class FakeVLLM:
@@ -209,6 +219,8 @@ class FakeVLLM:
         return 200, self._response(name, prompt, body, s)
 
     def _sample(self, model: torch.nn.Module, prompt: list[int], body: dict[str, Any]) -> Sample:
+        """What the model samples, and how the server reports it finished: on one of the request's
+        stop ids, or cut at ``max_tokens``."""
         stops = set(body.get("stop_token_ids") or [])
         seed = body.get("seed")
         with self._lock:
@@ -222,7 +234,9 @@ class FakeVLLM:
                 temperature=body.get("temperature", 1.0),
                 top_p=body.get("top_p", 1.0),
             )
-        return s
+        return Sample(
+            s.token_ids, s.logprobs, "stop" if s.token_ids and s.token_ids[-1] in stops else "length"
+        )
 
     def _response(self, name: str, prompt: list[int], body: dict[str, Any], s: Sample) -> dict[str, Any]:
         choice: dict[str, Any] = {

@@ -8,7 +8,9 @@ import asyncio
 import pytest
 
 from agentrl.errors import ConfigError
-from agentrl.policy.vllm import (
+from agentrl.rollout.episode import turn_finish
+from agentrl.sampling.generate import sample_batch
+from agentrl.sampling.vllm_client import (
     SUPPORTED_VLLM,
     VLLMClient,
     VLLMError,
@@ -17,7 +19,6 @@ from agentrl.policy.vllm import (
     parse_version,
     server_root,
 )
-from agentrl.train.generate import sample_batch
 
 
 def _gen(url, name="policy", **kw):
@@ -38,7 +39,7 @@ def test_generation_is_exactly_what_the_sampler_drew(fake, tok, model):
     (ref,) = sample_batch(
         model, [prompt], seeds=[11], stop_ids=stop, pad_id=0, max_new_tokens=12, temperature=0.7
     )
-    assert g.token_ids == ref.token_ids and g.finish_reason == ref.finish_reason
+    assert g.token_ids == ref.token_ids and g.finish_reason == turn_finish(ref.token_ids, stop)
     assert g.logprobs == pytest.approx(ref.logprobs, abs=1e-6)
     (_, path, body) = srv.calls[-1]
     assert path == "/v1/completions"

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from agentrl.rollout.episode import Limits, run_episodes, turn_seed
+from agentrl.sampling.generate import hf_generate_batch
+from agentrl.sampling.vllm_engine import VLLMEngine
 from agentrl.train import TrainConfig, Trainer
-from agentrl.train.generate import hf_generate_batch
-from agentrl.train.vllm_engine import VLLMEngine
 from tests.policy_vllm.conftest import TINY_SPEC
 
 

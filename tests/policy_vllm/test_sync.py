@@ -11,9 +11,9 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.learn.models import build_tiny_model
-from agentrl.policy.vllm import VLLMClient, VLLMError
-from agentrl.policy.vllm_sync import WeightSync
-from agentrl.train.generate import sample_batch
+from agentrl.sampling.generate import sample_batch
+from agentrl.sampling.vllm_client import VLLMClient, VLLMError
+from agentrl.sampling.vllm_sync import WeightSync
 from tests.policy_vllm.conftest import TINY_SPEC
 
 

@@ -12,8 +12,8 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.learn.models import build_tiny_model
+from agentrl.sampling.vllm_engine import vllm_engine
 from agentrl.train import TrainConfig, Trainer
-from agentrl.train.vllm_engine import vllm_engine
 from agentrl.trajectory import read_trajectories
 from tests.policy_vllm.conftest import TINY_SPEC, base_config
 

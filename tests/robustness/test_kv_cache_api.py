@@ -16,8 +16,8 @@ import pytest
 from torch import nn
 
 from agentrl.learn.models import build_tiny_model
-from agentrl.train.generate import sample_batch
-from agentrl.train.kv_cache import EpisodeKVCache, cache_kwarg
+from agentrl.sampling.generate import sample_batch
+from agentrl.sampling.kv_cache import EpisodeKVCache, cache_kwarg
 
 STOPS = {7, 8, 9}
 PROMPTS = [[1, 5, 6, 10, 11, 12], [1, 5, 20, 21]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -43,7 +44,7 @@ class MixedEngine:
 
     async def one(self, req) -> Generation:  # type: ignore[no-untyped-def]
         if req.seed % 5 == 0:
-            return Generation([7] * req.max_tokens, [-1.0] * req.max_tokens, "length")
+            return Generation([7] * req.max_tokens, [-1.0] * req.max_tokens)
         return await self.oracle.generate(req.prompt_ids, req.max_tokens)
 
     async def batch(self, reqs) -> list[Generation]:  # type: ignore[no-untyped-def]
@@ -131,7 +132,8 @@ def test_a_turn_without_a_stop_token_is_a_generation_limit_whatever_the_engine_s
     spec = _specs(1)[0]
 
     async def gen(req):  # type: ignore[no-untyped-def]
-        return Generation([11, 12, 13], None, "stop")  # no stop token at the end: a cut turn
+        # an engine's own type that claims a stop; no stop token at the end: a cut turn
+        return SimpleNamespace(token_ids=[11, 12, 13], logprobs=None, finish_reason="stop")
 
     res = asyncio.run(run_episode(ResearchEnv(ENV_CONFIG), spec, gen, expander=Expander(tokenizer())))
     msg = [m for m in res.trajectory.messages if m.role == "assistant"]

@@ -101,7 +101,7 @@ def test_imported_directory_computes_what_the_gguf_model_computes(gguf_file, smo
 def test_rollout_with_the_imported_model_stores_what_the_sampler_drew(smollm2_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.train.generate import sample_batch
+    from agentrl.sampling.generate import sample_batch
 
     out = tmp_path / "r.jsonl"
     r = _agentrl(

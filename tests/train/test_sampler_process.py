@@ -12,11 +12,10 @@ import pytest
 import torch
 
 from agentrl.errors import SamplerError
-from agentrl.rollout.episode import EpisodeSpec, Limits
-from agentrl.tokens import Expander
+from agentrl.rollout.episode import EpisodeSpec
+from agentrl.sampling.engines import EpisodeLoop, HFSnapshotEngine
+from agentrl.sampling.process import ProcessSnapshotEngine
 from agentrl.train import Trainer
-from agentrl.train.engines import EpisodeLoop, HFSnapshotEngine
-from agentrl.train.sampler_process import ProcessSnapshotEngine
 from agentrl.trajectory import read_trajectories
 from tests.train.learning_signal import Killed, assert_learning_signal, preempted_run, train_config
 
@@ -49,10 +48,7 @@ def test_the_process_sampler_samples_what_the_thread_sampler_samples(tmp_path):
     proc = t.engine
     assert isinstance(proc, ProcessSnapshotEngine)
     r = t.cfg.rollout
-    loop = EpisodeLoop(
-        Expander(deepcopy(t.tokenizer), max_len=r.max_len, stop_token_ids=t.stop_ids), t.stop_ids,
-        Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len), t.pool, r.temperature, r.top_p,
-    )  # fmt: skip
+    loop = EpisodeLoop(t.sampling, t.sampling.expander(deepcopy(t.tokenizer)), t.pool)
     thread = HFSnapshotEngine(t.model, loop, pad_id=t.pad_id, kv_cache_tokens=r.kv_cache_tokens)
     try:
         jobs = t._jobs(1)

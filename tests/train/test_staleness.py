@@ -12,8 +12,8 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.learn.forward import forward_logprobs
+from agentrl.sampling.engines import HFSnapshotEngine
 from agentrl.train import Trainer
-from agentrl.train.engines import HFSnapshotEngine
 from agentrl.trajectory import read_trajectories
 from tests.train.learning_signal import Killed, assert_learning_signal, preempted_run, train_config
 

@@ -11,9 +11,9 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.rundir import STATE
+from agentrl.sampling.engines import HFEngine
 from agentrl.train import Trainer
 from agentrl.train.checkpoint import TrainState, config_hash, restore_run, save_checkpoint, save_run
-from agentrl.train.engines import HFEngine
 from tests.train.learning_signal import train_config
 
 PHASES = ["rollout", "judge", "expand", "old and reference log-probs", "advantages", "update", "sync and log"]

@@ -90,10 +90,10 @@ class TokenSource:
             try:
                 from transformers import AutoTokenizer
 
-                from agentrl.tokens import Expander
+                from agentrl.tokens import run_expander
 
                 tok = AutoTokenizer.from_pretrained(str(self.tokenizer_path))
-                self._expander = Expander(tok)
+                self._expander = run_expander(tok, RunDir(self.run_dir).sampling_file)
             except Exception as e:  # any tokenizer or template failure only costs the colouring
                 self.problem = f"cannot load the tokenizer at {self.tokenizer_path}: {e}"
         return self._expander

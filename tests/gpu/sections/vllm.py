@@ -77,7 +77,7 @@ def _start_vllm(model_dir: Path, port: int, log: Path, deadline: float) -> subpr
 
 def _served(url: str, prompts: list[list[int]], new: int) -> tuple[list, float]:
     """Every prompt sampled by the server at once (temperature 1, seeded); the generations and seconds."""
-    from agentrl.policy.vllm import VLLMClient
+    from agentrl.sampling.vllm_client import VLLMClient
 
     async def go():  # type: ignore[no-untyped-def]
         async with VLLMClient(url, "policy") as c:
@@ -92,7 +92,7 @@ def _served(url: str, prompts: list[list[int]], new: int) -> tuple[list, float]:
 
 
 def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
-    from agentrl.policy.vllm_sync import WeightSync
+    from agentrl.sampling.vllm_sync import WeightSync
     from agentrl.train.tokenizer import train_chat_tokenizer
 
     real = importlib.util.find_spec("vllm") is not None

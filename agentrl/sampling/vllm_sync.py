@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol
 import httpx
 
 from agentrl.errors import ConfigError
-from agentrl.policy.vllm import VLLMError, server_root
+from agentrl.sampling.vllm_client import VLLMError, server_root
 
 __all__ = ["NcclTransport", "SyncMode", "VLLMNcclTransport", "WeightSync"]
 

@@ -42,7 +42,7 @@ def _rollout(model: Path, out: Path, *extra: str) -> subprocess.CompletedProcess
 def test_hf_rollout_stops_on_end_of_turn_and_stores_what_the_sampler_drew(eos_is_not_end_of_turn, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.train.generate import sample_batch
+    from agentrl.sampling.generate import sample_batch
 
     out = tmp_path / "r.jsonl"
     env = tmp_path / "env.yaml"  # the prompt the answering model was trained on: short
@@ -126,3 +126,10 @@ def test_a_trainer_run_loads_as_the_policy_it_trained(tmp_path):
     want, got = t.model.state_dict(), loaded.model.state_dict()
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
     assert loaded.tokenizer.get_vocab() == t.tokenizer.get_vocab()
+
+
+def test_the_hf_policy_keeps_the_trainers_default_kv_cache():
+    from agentrl.sampling.hf_policy import DEFAULT_KV_CACHE_TOKENS
+    from agentrl.train.config import RolloutConfig
+
+    assert RolloutConfig.model_fields["kv_cache_tokens"].default == DEFAULT_KV_CACHE_TOKENS

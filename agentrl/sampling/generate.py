@@ -8,7 +8,7 @@ its prompt, never on which other rows share the batch. Each row stops at its fir
 
 ``hf_generate_batch(model, ...)`` is this sampler as the episode loop's lock-step batched generate
 function (``agentrl.rollout.episode``): one ``sample_batch`` call per turn for every live episode,
-each row seeded with its turn's seed. Given an ``EpisodeKVCache`` (``agentrl.train.kv_cache``), each
+each row seeded with its turn's seed. Given an ``EpisodeKVCache`` (``agentrl.sampling.kv_cache``), each
 episode keeps its keys and values between turns: the batch's prefill then runs only each row's
 uncached tokens, after its cached prefix stacked right-aligned into the batch cache (``_prefill``:
 one forward pass whatever is cached), and each row's prompt and fed ids are cached again for its
@@ -27,7 +27,7 @@ from torch import nn
 
 from agentrl.learn.models import autocast
 from agentrl.rollout.episode import BatchGenerateFn, Generation, Request, trim
-from agentrl.train.kv_cache import (
+from agentrl.sampling.kv_cache import (
     KV,
     EpisodeKVCache,
     PrefillStats,
@@ -42,12 +42,11 @@ __all__ = ["Sample", "hf_generate_batch", "sample_batch"]
 
 @dataclass
 class Sample:
-    """One sampled turn: ids as sampled (stop token included when one was sampled), the sampling
-    distribution's log-probability of each, and ``finish_reason`` (``stop`` or ``length``)."""
+    """One sampled turn: ids as sampled (stop token included when one was sampled) and the sampling
+    distribution's log-probability of each (the episode loop decides how the turn finished)."""
 
     token_ids: list[int]
     logprobs: list[float]
-    finish_reason: str
     prefill_tokens: int = 0  # prompt tokens this call ran through the model (the rest came from a cache)
 
 
@@ -80,7 +79,7 @@ def sample_batch(
 
     With ``cache`` (and one episode key per prompt in ``keys``), each row prefills only what its
     episode's cached prefix does not cover, and its prompt and sampled ids are cached for its next
-    turn (``agentrl.train.kv_cache``); the sampled ids are those of the uncached path up to float
+    turn (``agentrl.sampling.kv_cache``); the sampled ids are those of the uncached path up to float
     rounding (equal greedily; log-probs within ~1e-6)."""
     if len(prompts) != len(seeds):
         raise ValueError("one seed per prompt")
@@ -129,7 +128,7 @@ def hf_generate_batch(
         if stats is not None:
             for s, r in zip(samples, requests, strict=True):
                 stats.add(r.turn, len(r.prompt_ids or []), s.prefill_tokens)
-        return [trim(s, r.max_tokens, stops) for s, r in zip(samples, requests, strict=True)]
+        return [trim(s, r.max_tokens) for s, r in zip(samples, requests, strict=True)]
 
     return generate
 
@@ -215,10 +214,7 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
     model.train(was_training)
     if cache is not None:
         _keep(cache, keys, prompts, tokens, full_attention_kv(past), prefill_mask)
-    return [
-        Sample(t, lp, "stop" if t and t[-1] in stop_ids else "length", n)
-        for t, lp, n in zip(tokens, lps, prefilled, strict=True)
-    ]
+    return [Sample(t, lp, n) for t, lp, n in zip(tokens, lps, prefilled, strict=True)]
 
 
 def _keep(cache: EpisodeKVCache, keys, prompts, tokens, kv: KV | None, prefill_mask: torch.Tensor) -> None:  # type: ignore[no-untyped-def]

@@ -1,7 +1,8 @@
 """``HFEngine``: the trainer's own model samples all of a step's episodes in lock-step through the
 one episode loop (``agentrl.rollout.episode``), with ``EpisodeLoop``, the loop's settings shared by
-every engine of a run. ``agentrl.train.engines`` chooses among the engines; the sampler process
-(``agentrl.train.sampler_process``) runs this engine in a child.
+every engine of a run: the run's ``SamplingSpec``, the expander it built, the env executor.
+``agentrl.train.engines`` chooses among the engines; the sampler process (``agentrl.sampling.process``)
+runs this engine in a child.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from typing import Any
 
 import torch
 
+from agentrl.learn.models import full_params
 from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
-from agentrl.tokens import Expander
-from agentrl.train.fsdp import full_params
-from agentrl.train.generate import hf_generate_batch
-from agentrl.train.kv_cache import EpisodeKVCache, PrefillStats
+from agentrl.sampling.generate import hf_generate_batch
+from agentrl.sampling.kv_cache import EpisodeKVCache, PrefillStats
+from agentrl.tokens import Expander, SamplingSpec
 from agentrl.trajectory import Trajectory
 
 __all__ = ["EpisodeLoop", "HFEngine"]
@@ -26,14 +27,29 @@ __all__ = ["EpisodeLoop", "HFEngine"]
 
 @dataclass(frozen=True)
 class EpisodeLoop:
-    """The episode loop's settings shared by every engine of a run."""
+    """The episode loop's settings shared by every engine of a run: ``spec`` (stop ids, limits,
+    temperature, top-p), ``expander`` (built by ``spec.expander``; a sampler thread has its own copy
+    of the tokenizer) and the ``executor`` that steps the envs."""
 
+    spec: SamplingSpec
     expander: Expander
-    stop_ids: Collection[int]
-    limits: Limits
     executor: cf.Executor
-    temperature: float
-    top_p: float
+
+    @property
+    def stop_ids(self) -> Collection[int]:
+        return self.spec.stop_ids
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(max_new_tokens=self.spec.max_new_tokens, max_len=self.spec.max_len)
+
+    @property
+    def temperature(self) -> float:
+        return self.spec.temperature
+
+    @property
+    def top_p(self) -> float:
+        return self.spec.top_p
 
 
 class HFEngine:

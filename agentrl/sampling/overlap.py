@@ -1,7 +1,7 @@
 """One-step off-policy rollouts (``rollout.staleness: 1``): step k+1's episodes are sampled while
 step k judges, expands and updates.
 
-``OneStepOffPolicy`` wraps the run's rollout engine (``agentrl.train.engines``) and one background
+``OneStepOffPolicy`` wraps the run's rollout engine (``agentrl.sampling.engines``) and one background
 thread. ``take(step)`` hands the trainer step ``step``'s trajectories — sampled in the background
 during the previous step, or now when there are none (the first step of a run, a resume without a
 pre-sampled batch) — and starts sampling step ``step + 1`` before returning, so that rollout runs
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from agentrl.rollout.episode import EpisodeSpec
-from agentrl.train.engines import RolloutEngine
+from agentrl.sampling.engines import RolloutEngine
 from agentrl.trajectory import Trajectory
 
 __all__ = ["OneStepOffPolicy", "Presampled", "stamp_version"]

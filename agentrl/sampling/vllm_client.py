@@ -10,7 +10,7 @@ kept, so the trainer recomputes them instead of training on the wrong distributi
 
 ``check_version`` reads ``GET /version`` and refuses servers outside ``SUPPORTED_VLLM``. A prompt
 the server's ``--max-model-len`` cannot hold raises ``ContextOverflow`` at once (never retried); the
-trainer's generate function ends that episode truncated (``agentrl.train.vllm_engine``).
+trainer's generate function ends that episode truncated (``agentrl.sampling.vllm_engine``).
 """
 
 from __future__ import annotations

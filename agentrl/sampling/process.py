@@ -1,10 +1,10 @@
 """The one-step off-policy sampler in a process of its own (``rollout.sampler: process``).
 
-``ProcessSnapshotEngine`` is a rollout engine (``agentrl.train.engines.RolloutEngine``) whose
+``ProcessSnapshotEngine`` is a rollout engine (``agentrl.sampling.engines.RolloutEngine``) whose
 episodes are sampled by a child process: the child holds an ``HFEngine`` on a frozen copy of the
 policy, its own env pool, tokenizer and torch threads, and runs the one episode loop
 (``agentrl.rollout.episode``) exactly as the in-thread ``HFSnapshotEngine`` does. With
-``rollout.staleness: 1`` the trainer's background thread (``agentrl.train.overlap``) only waits on
+``rollout.staleness: 1`` the trainer's background thread (``agentrl.sampling.overlap``) only waits on
 the child's pipe, so sampling and the update no longer share one process's GIL and OpenMP pool.
 
 The copy lives in shared memory (``torch.multiprocessing``): ``after_update`` writes the new
@@ -21,7 +21,7 @@ import concurrent.futures as cf
 import contextlib
 import multiprocessing.connection as mpc
 import traceback
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,8 @@ import torch
 
 from agentrl.errors import SamplerError
 from agentrl.learn.models import frozen_copy
-from agentrl.rollout.episode import EpisodeSpec, Limits
+from agentrl.rollout.episode import EpisodeSpec
+from agentrl.tokens import SamplingSpec
 from agentrl.trajectory import Trajectory
 
 __all__ = ["ProcessSnapshotEngine", "SamplerSetup"]
@@ -37,16 +38,12 @@ __all__ = ["ProcessSnapshotEngine", "SamplerSetup"]
 
 @dataclass(frozen=True)
 class SamplerSetup:
-    """What the child needs besides the weights (all picklable): the tokenizer and the episode
-    loop's settings, the env config and its worker threads, and the child's torch threads (None:
+    """What the child needs besides the weights (all picklable): the tokenizer and the run's
+    sampling spec, the env config and its worker threads, and the child's torch threads (None:
     what it starts with, ``OMP_NUM_THREADS``)."""
 
     tokenizer: Any
-    stop_ids: Collection[int]
-    limits: Limits
-    max_len: int
-    temperature: float
-    top_p: float
+    spec: SamplingSpec
     pad_id: int
     kv_cache_tokens: int
     env_config: dict[str, Any]
@@ -144,17 +141,16 @@ def _serve(conn: Any, setup: SamplerSetup, model_module: str) -> None:
     import importlib
 
     from agentrl.env import ResearchEnv
-    from agentrl.tokens import Expander
-    from agentrl.train.hf_engine import EpisodeLoop, HFEngine
+    from agentrl.sampling.hf import EpisodeLoop, HFEngine
 
     importlib.import_module(model_module)  # the model's code, before its weights arrive
     if setup.threads is not None:
         torch.set_num_threads(setup.threads)
-    expander = Expander(setup.tokenizer, max_len=setup.max_len, stop_token_ids=setup.stop_ids)
+    expander = setup.spec.expander(setup.tokenizer)
     envs: list[Any] = [ResearchEnv(setup.env_config)]
     engine: HFEngine | None = None
     with cf.ThreadPoolExecutor(max_workers=setup.env_workers, thread_name_prefix="agentrl-env") as pool:
-        loop = EpisodeLoop(expander, setup.stop_ids, setup.limits, pool, setup.temperature, setup.top_p)
+        loop = EpisodeLoop(setup.spec, expander, pool)
         while True:
             try:
                 kind, payload = conn.recv()

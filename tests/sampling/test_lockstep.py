@@ -10,8 +10,8 @@ import pytest
 from agentrl.env import ResearchEnv
 from agentrl.learn.models import build_tiny_model
 from agentrl.rollout.episode import EpisodeSpec, Limits, run_episode, run_episodes
+from agentrl.sampling.generate import hf_generate_batch
 from agentrl.tokens import Expander
-from agentrl.train.generate import hf_generate_batch
 from tests.integrations.helpers import ENV_CONFIG, tasks, tokenizer
 
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from agentrl.learn.models import build_tiny_model
-from agentrl.rollout.episode import EpisodeSpec, Limits
-from agentrl.tokens import Expander
-from agentrl.train.engines import EpisodeLoop, HFEngine
-from agentrl.train.generate import sample_batch
-from agentrl.train.kv_cache import EpisodeKVCache
+from agentrl.rollout.episode import EpisodeSpec
+from agentrl.sampling.engines import EpisodeLoop, HFEngine
+from agentrl.sampling.generate import sample_batch
+from agentrl.sampling.kv_cache import EpisodeKVCache
+from agentrl.tokens import Expander, SamplingSpec
 from agentrl.trajectory import Message, Trajectory
 from tests.integrations.helpers import tokenizer
 
@@ -73,7 +73,7 @@ def test_episodes_with_and_without_the_cache_are_the_same(temperature, going):
     stops = set(exp.stop_ids) | (set(range(len(tok))) - set(range(0, len(tok), going)))
     specs = [EpisodeSpec(f"t{k % 2}#{k}", f"t{k % 2}", 40 + k, {"sample": k}) for k in range(4)]
     with cf.ThreadPoolExecutor(2) as pool:
-        loop = EpisodeLoop(exp, stops, Limits(max_new_tokens=12, max_len=4096), pool, temperature, 1.0)
+        loop = EpisodeLoop(SamplingSpec(frozenset(stops), 4096, 12, temperature), exp, pool)
         engines = [HFEngine(m, loop, pad_id=0, kv_cache_tokens=n) for n in (0, 100_000)]
         off, on = [e.rollout([TalkEnv() for _ in specs], specs) for e in engines]
     turns = 0
@@ -154,6 +154,6 @@ def test_the_config_switches_the_cache(model, on):
     from agentrl.train.engines import make_engine
 
     cfg = TrainConfig.model_validate({"rollout": {"kv_cache": on, "kv_cache_tokens": 1234}})
-    loop = EpisodeLoop(Expander(tokenizer()), STOPS, Limits(), None, 1.0, 1.0)  # type: ignore[arg-type]
+    loop = EpisodeLoop(SamplingSpec(frozenset(STOPS)), Expander(tokenizer()), None)  # type: ignore[arg-type]
     engine = make_engine(cfg, model, loop, pad_id=0, step=0, tokenizer=None, output_dir=None)  # type: ignore[arg-type]
     assert isinstance(engine, HFEngine) and engine.kv_cache_tokens == (1234 if on else 0)

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
+from agentrl.learn.models import is_sharded
 from agentrl.policy.server_reply import CONTEXT_OVERFLOW, ContextOverflow
-from agentrl.policy.vllm import Generation, VLLMClient
-from agentrl.policy.vllm_sync import WeightSync
+from agentrl.ranks import all_gather_objects, is_main
 from agentrl.rollout.episode import (
     EpisodeResult,
     EpisodeSpec,
@@ -33,8 +33,9 @@ from agentrl.rollout.episode import (
     run_episodes,
 )
 from agentrl.rundir import VLLM_SYNC
+from agentrl.sampling.vllm_client import Generation, VLLMClient
+from agentrl.sampling.vllm_sync import WeightSync
 from agentrl.tokens import Expander
-from agentrl.train.distributed import all_gather_objects, is_main
 
 __all__ = ["VLLMEngine", "vllm_engine", "vllm_generate"]
 
@@ -147,8 +148,6 @@ class VLLMEngine:
 def _full_state_dict(model: Any) -> dict[str, Any] | None:
     """FSDP: the unsharded state dict, on rank 0's CPU (empty on the other ranks); otherwise None
     (the model's own parameters are whole)."""
-    from agentrl.train.fsdp import is_sharded
-
     if not is_sharded(model):
         return None
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -158,7 +157,7 @@ def _full_state_dict(model: Any) -> dict[str, Any] | None:
 
 def vllm_engine(trainer: Any) -> VLLMEngine:
     """The ``VLLMEngine`` of a trainer set up with ``rollout.engine: vllm``, made on first use (see
-    ``agentrl.train.engines.VLLMRollout.server``)."""
+    ``agentrl.sampling.engines.VLLMRollout.server``)."""
     server = getattr(trainer.engine, "server", None)
     if server is None:
         raise ConfigError("this trainer samples with rollout.engine: hf, not a vLLM server")
