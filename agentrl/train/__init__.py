@@ -15,14 +15,15 @@ _WHERE = {
     "TrainConfig": "config",
     "Trainer": "trainer",
     "load_train_config": "config",
-    "normalized_reward": "scoring",
+    "normalized_reward": "agentrl.learn.batch",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'agentrl.train' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"agentrl.train.{_WHERE[name]}"), name)
+    where = _WHERE[name]
+    return getattr(importlib.import_module(where if "." in where else f"agentrl.train.{where}"), name)
 
 
 def __dir__() -> list[str]:

@@ -10,8 +10,8 @@ import torch
 
 from agentrl.algos import masked_mean
 from agentrl.env.sources import opened_sources
+from agentrl.learn.batch import normalized_reward
 from agentrl.train.distributed import all_gather_objects
-from agentrl.train.scoring import normalized_reward
 from agentrl.trajectory import Trajectory
 
 __all__ = ["batch_metrics", "mean_over_ranks", "rollout_metrics"]

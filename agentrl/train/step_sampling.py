@@ -1,8 +1,13 @@
-"""Which episodes an RL step samples, and how: the step's tasks (seeded, shared out to ranks in
-whole groups), their episode specs, the rollout through the engine (or the batch the one-step
-off-policy sampler prepared), dynamic sampling's refills, and the step's trajectory file.
+"""A step's episodes, from tasks to judged trajectories: the step's tasks (seeded, shared out to ranks
+in whole groups), their episode specs, the rollout through the engine (or the batch the one-step
+off-policy sampler prepared), the run's one judge (``StepJudge``: the LLM judge where the env could
+not score an answer; a trajectory it failed on is dropped later and counted, never scored 0),
+dynamic sampling's refills, and the step's trajectory file.
 
-A mixin of ``Trainer``: it reads the trainer's config, tasks, env pool, engine, sampler and judge.
+``StepSampling`` is a mixin of ``Trainer``: it reads the trainer's config, tasks, env pool, engine,
+sampler and judge. With ``trainer.py`` (the step's phases) and ``update.py`` (advantages and the
+update) it is the whole data path of a step; the rows come from ``agentrl.learn.batch.build_batch``,
+which replay shares.
 """
 
 from __future__ import annotations
@@ -13,16 +18,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentrl.errors import ConfigError
+from agentrl.judge import load_rubric, make_judge, record_reward, resolve_rubric
+from agentrl.judge.llm import run_sync
 from agentrl.learn.dynamic_sampling import fill_groups, refill_order
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.rundir import RunDir
 from agentrl.sampling.overlap import OneStepOffPolicy, stamp_version
 from agentrl.seeds import episode_seed, stable_seed
-from agentrl.train.config import TrainConfig
+from agentrl.train.config import TrainConfig, TrainJudgeConfig
 from agentrl.train.distributed import all_gather_objects, is_main, rank, world_size
 from agentrl.trajectory import Trajectory, write_trajectories
 
-__all__ = ["StepSampling", "step_seed"]
+__all__ = ["StepJudge", "StepSampling", "step_seed"]
 
 
 def step_seed(*parts: Any) -> int:
@@ -125,3 +133,36 @@ class StepSampling:
         everyone = [t for part in all_gather_objects(trajs) for t in part]
         if is_main():
             write_trajectories(RunDir(self.out).trajectory_file(step), everyone)
+
+
+class StepJudge:
+    """The run's one judge: built from the config's ``judge`` section (verdict cache, majority vote,
+    concurrency and every other ``JudgeConfig`` field), used every step, closed at the end."""
+
+    def __init__(self, config: TrainJudgeConfig) -> None:
+        self.config = config
+        self.rubric = load_rubric(config.rubric) if config.rubric else None
+        if config.model is None and self.rubric is not None and not self.rubric.is_deterministic:
+            raise ConfigError("judge.rubric has LLM criteria: set judge.model")
+        self.judge = make_judge(config)
+
+    def score(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """Score, in place, the trajectories the env left to the LLM judge (all of them when
+        ``judge.rubric`` overrides the tasks' rubrics), recording the rubric used on each; returns
+        judge metrics."""
+        pending = trajs if self.rubric is not None else [t for t in trajs if t.info.get("needs_judge")]
+        if not pending:
+            return {}
+        if self.config.model is None and self.rubric is None:
+            raise ConfigError("these rubrics need the LLM judge: set judge.model")
+        items = [(t, resolve_rubric(t, self.rubric)) for t in pending]
+        for (t, rubric), bd in zip(items, run_sync(self.judge.score_many(items)), strict=True):
+            record_reward(t, bd, rubric)
+        return {
+            "judge/calls": float(sum(t.reward.calls for t in pending if t.reward)),
+            "judge/cache_hits": float(sum(t.reward.cache_hits for t in pending if t.reward)),
+        }
+
+    def close(self) -> None:
+        """Close the judge (its verdict cache and call workers)."""
+        self.judge.close()

@@ -3,12 +3,13 @@
 ``Trainer(cfg).run()`` checks the config's inputs and output directory before anything is built
 (``agentrl.train.preflight``), builds (or resumes) everything from a ``TrainConfig``, optionally
 warm-starts the policy on oracle trajectories, then runs ``cfg.steps`` RL steps, showing each phase
-as it goes (``agentrl.train.progress``). The models are built by
-``agentrl.train.build``, episodes sampled by the rollout engine chosen at setup
-(``agentrl.train.engines``), checkpoints written as a ``TrainState`` (``agentrl.train.checkpoint``)
-when ``agentrl.train.checkpointing`` says, the warm start by ``agentrl.train.warm_start``;
-``train_step`` reads as its numbered phases. Every step's trajectories are
-saved as JSONL, its metrics appended to ``metrics.jsonl`` (verl's metric names), and checkpoints
+as it goes (``agentrl.train.progress``). The models are built by ``agentrl.train.build``, episodes
+sampled by the rollout engine chosen at setup (``agentrl.train.engines.make_engine``, over the
+sampling layer ``agentrl.sampling``), checkpoints written as a ``TrainState``
+(``agentrl.train.checkpoint``) when ``agentrl.train.checkpointing`` says, the warm start by
+``agentrl.train.warm_start``. ``train_step`` reads as its numbered phases, and its data path as
+three files: this one, ``step_sampling`` (tasks, rollout, judge, refills) and ``update``
+(advantages, the actor and critic updates). Every step's trajectories are saved as JSONL, its metrics appended to ``metrics.jsonl`` (verl's metric names), and checkpoints
 written during and after the warm start and every ``checkpoint_every`` steps. Randomness is derived
 from (seed, step), so a resumed run continues exactly as an uninterrupted one would have. The run
 holds its directory's lock (``agentrl.runlock``) from its checks to its end.
@@ -31,6 +32,7 @@ import torch
 from agentrl.env import ResearchEnv
 from agentrl.env.sources import page_kinds
 from agentrl.errors import ConfigError
+from agentrl.learn.batch import build_batch
 from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values
 from agentrl.rundir import RunDir, write_json
 from agentrl.sampling.engines import EpisodeLoop, RolloutEngine
@@ -60,10 +62,9 @@ from agentrl.train.interrupt import (
 from agentrl.train.preflight import check_run, hold_output_dir, setting_up
 from agentrl.train.progress import Progress, make_progress
 from agentrl.train.report import RunLog
-from agentrl.train.scoring import StepJudge, build_batch
 from agentrl.train.sft import collect_oracle_trajectories
 from agentrl.train.step_metrics import batch_metrics, mean_over_ranks, rollout_metrics
-from agentrl.train.step_sampling import StepSampling, step_seed
+from agentrl.train.step_sampling import StepJudge, StepSampling, step_seed
 from agentrl.train.token_log import collect_token_stats
 from agentrl.train.update import compute_advantages, update_actor, update_critic
 from agentrl.train.warm_start import WarmStart

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from agentrl.cli import main
+from agentrl.learn.batch import build_batch
 from agentrl.learn.models import ValueModel, build_tiny_model
 from agentrl.rundir import write_token_stats
 from agentrl.tokens import Expander
 from agentrl.train.checkpoint import save_checkpoint
 from agentrl.train.config import AlgorithmConfig, TrainConfig
-from agentrl.train.scoring import build_batch
 from agentrl.train.token_log import collect_token_stats
 from agentrl.train.update import compute_advantages, forward_values
 from agentrl.trajectory import read_trajectories, write_trajectories

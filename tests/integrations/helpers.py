@@ -130,8 +130,8 @@ def native_grpo(episodes) -> dict[str, tuple[float, float]]:  # type: ignore[no-
     it trains on."""
     import torch
 
+    from agentrl.learn.batch import build_batch
     from agentrl.train.config import AlgorithmConfig
-    from agentrl.train.scoring import build_batch
     from agentrl.train.update import compute_advantages
 
     tok = tokenizer()

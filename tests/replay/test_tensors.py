@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from agentrl.cli import main
+from agentrl.learn.batch import build_batch
 from agentrl.tokens import DEFAULT_MAX_LEN, Expander
 from agentrl.train.config import AlgorithmConfig
-from agentrl.train.scoring import build_batch
 from agentrl.train.update import compute_advantages
 from agentrl.trajectory import read_trajectories
 from tests.tokens.fixtures import make_tokenizer_cached

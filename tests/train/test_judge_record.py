@@ -15,9 +15,10 @@ import yaml
 import agentrl.cli
 from agentrl.errors import ConfigError
 from agentrl.judge import load_rubric, normalized_reward, parse_rubric, score_deterministic
+from agentrl.learn.batch import build_batch
 from agentrl.tokens import Expander
 from agentrl.train.config import TrainJudgeConfig, load_train_config
-from agentrl.train.scoring import StepJudge, build_batch
+from agentrl.train.step_sampling import StepJudge
 from agentrl.trajectory import Message, Trajectory, read_trajectories, write_trajectories
 from tests.judge.fake_server import FakeJudgeServer
 from tests.tokens.fixtures import make_tokenizer_cached

@@ -13,8 +13,8 @@ import torch
 
 from agentrl.env import ResearchEnv
 from agentrl.integrations import run_episode, skyrl_generator_output, verl_output_fields
+from agentrl.learn.batch import build_batch, normalized_reward, training_reward
 from agentrl.tokens import Expander
-from agentrl.train.scoring import build_batch, normalized_reward, training_reward
 from agentrl.trajectory import CriterionScore, Message, RewardBreakdown, Trajectory
 from tests.integrations.helpers import ENV_CONFIG, OracleEngine, tasks, tokenizer
 

@@ -6,9 +6,10 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.judge import load_rubric
+from agentrl.learn.batch import build_batch, normalized_reward
 from agentrl.tokens import Expander
 from agentrl.train.config import TrainJudgeConfig
-from agentrl.train.scoring import StepJudge, build_batch, normalized_reward
+from agentrl.train.step_sampling import StepJudge
 from agentrl.trajectory import CriterionScore, FunctionCall, Message, RewardBreakdown, ToolCall, Trajectory
 from tests.tokens.fixtures import make_tokenizer_cached
 

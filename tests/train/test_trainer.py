@@ -146,9 +146,9 @@ def test_a_positive_learning_rate_moves_the_policy_and_critic(tmp_path):
 def test_ppo_critic_moves_its_values_toward_the_returns(tmp_path):
     """One PPO step: the critic's values on the step's own tokens change, and their squared error to
     the step's returns goes down (the value head starts at V = 0, the returns are not all 0)."""
+    from agentrl.learn.batch import build_batch
     from agentrl.learn.forward import forward_values
     from agentrl.rundir import read_token_stats
-    from agentrl.train.scoring import build_batch
 
     over = {"algorithm.name": "ppo", "optim.critic_lr": 1e-2, "sft_steps": 0, "steps": 1}
     t = Trainer(_cfg(tmp_path, **over), progress=False)
@@ -182,8 +182,8 @@ def test_a_step_raises_the_likelihood_of_the_better_samples(tmp_path, algo):
     rewards read from the judged trajectories, not from the trainer's own advantages."""
     from collections import defaultdict
 
+    from agentrl.learn.batch import build_batch
     from agentrl.learn.forward import forward_logprobs
-    from agentrl.train.scoring import build_batch
 
     over = {"algorithm.name": algo, "algorithm.mini_batch_size": 4, "sft_steps": 0, "steps": 1}
     t = Trainer(_cfg(tmp_path, **over), progress=False)

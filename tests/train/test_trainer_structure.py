@@ -28,6 +28,27 @@ def test_train_step_is_at_most_80_lines_of_numbered_phases_in_order():
     assert all(n.startswith(p) for n, p in zip(names, PHASES, strict=True)), names
 
 
+def test_a_steps_data_path_reads_in_three_files_of_train():
+    """rollout → judge → expand → advantages → update: every call of ``train_step`` that carries the
+    step's data is defined in ``trainer.py``, ``step_sampling.py`` or ``update.py``, except the rows,
+    which are ``agentrl.learn.batch.build_batch`` (replay builds them with it too)."""
+    from agentrl.train import trainer as trainer_module
+    from agentrl.train.step_sampling import StepJudge
+
+    source = inspect.getsource(Trainer.train_step)
+    data_path = ["_rollout", "_dynamic_sampling", "_save_trajectories", "_forward_passes", "_update",
+                 "_after_update", "_log_tokens"]  # fmt: skip
+    where = {name: getattr(Trainer, name).__module__ for name in data_path}
+    where["judge.score"] = StepJudge.score.__module__
+    for name in ("build_batch", "compute_advantages"):
+        where[name] = getattr(trainer_module, name).__module__
+    for name in where:
+        assert re.search(rf"\b{re.escape(name)}\(", source), name
+    files = {m for m in where.values() if m.startswith("agentrl.train.")}
+    assert files == {"agentrl.train.trainer", "agentrl.train.step_sampling", "agentrl.train.update"}, where
+    assert set(where.values()) - files == {"agentrl.learn.batch"}, where
+
+
 def _modules(seed: int) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer | None]]:
     torch.manual_seed(seed)
     model, critic, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 1), torch.nn.Linear(3, 2)
