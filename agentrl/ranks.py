@@ -38,10 +38,16 @@ def rank() -> int:
 
 def is_main() -> bool:
     """Whether this process is rank 0 (it writes the run's files and talks to servers): the process
-    group's rank once joined, else ``$RANK`` (a ``torchrun`` rank before it joins)."""
+    group's rank once joined, else ``$RANK`` when ``$WORLD_SIZE`` > 1 (a ``torchrun`` rank before it
+    joins); a single process is rank 0 whatever ``$RANK`` a scheduler left in its environment."""
     dist = _dist()
     if dist is not None:
         return dist.get_rank() == 0
+    try:  # $RANK counts only in a multi-process launch: a stray one in a single process does not
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+            return True
+    except ValueError:
+        return True
     return os.environ.get("RANK", "0").strip() in ("", "0")
 
 

@@ -11,6 +11,7 @@ its files. ``agentrl train`` writes through it; replay, explain and ``agentrl re
       reward_curve.png             the reward per step
       report.html                  ``agentrl report``'s default output
       tokenizer/                   the tokenizer the run trained with (save_pretrained)
+      sampling.json                the run's SamplingSpec: stop ids, limits, temperature, top-p
       tensorboard/                 optional TensorBoard events
       trajectories/step_NNNNN.jsonl  every trajectory of step N
       tokens/step_NNNNN.npz        the per-token numbers of step N's update (``write_token_stats``)

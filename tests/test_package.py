@@ -311,6 +311,9 @@ PUBLIC = [
     "agentrl.outputs",
     "agentrl.yamlload",
     "agentrl.cachedir",
+    "agentrl.sampling",
+    "agentrl.ranks",
+    "agentrl.tokens",
 ]
 
 

@@ -11,12 +11,25 @@ import pytest
 from agentrl import ranks
 
 
-@pytest.mark.parametrize(("env", "main"), [(None, True), ("0", True), ("1", False), ("3", False)])
-def test_before_a_process_group_rank_zero_is_read_from_the_environment(monkeypatch, env, main):
-    if env is None:
-        monkeypatch.delenv("RANK", raising=False)
-    else:
-        monkeypatch.setenv("RANK", env)
+@pytest.mark.parametrize(
+    ("env", "world", "main"),
+    [
+        (None, "4", True),
+        ("0", "4", True),
+        ("1", "4", False),
+        ("3", "4", False),
+        ("1", None, True),
+        ("2", "1", True),
+    ],
+)
+def test_before_a_process_group_rank_zero_is_read_from_the_environment(monkeypatch, env, world, main):
+    """Under ``torchrun`` (``$WORLD_SIZE`` > 1) ``$RANK`` says; a single process is rank 0 even
+    with a stray ``$RANK``."""
+    for name, value in (("RANK", env), ("WORLD_SIZE", world)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
     assert ranks.is_main() is main
     # sharding the work needs a joined group: without one this process does all of it
     assert (ranks.rank(), ranks.world_size()) == (0, 1)
@@ -46,6 +59,8 @@ def test_in_a_process_group_the_groups_rank_decides(monkeypatch):
     if dist.is_initialized():
         pytest.skip("a process group already exists here")
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "0")
     store = dist.HashStore()

@@ -42,6 +42,12 @@ def register(subparsers: Any) -> None:
     b.add_argument(
         "--llm-criteria", action="store_true", help="add an LLM-graded sourcing criterion to every rubric"
     )
+    b.add_argument(
+        "--long-horizon",
+        action="store_true",
+        help="add the multi-source task families (growth between two years, a comparison of companies, "
+        "every quarter of a year so far): several searches and pages per task",
+    )
     b.set_defaults(handler=_build)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
@@ -69,6 +75,7 @@ def _build(args: argparse.Namespace) -> int:
         companies=args.companies,
         heldout=args.heldout_companies,
         llm_criteria=args.llm_criteria,
+        long_horizon=args.long_horizon,
         progress=_progress(t0) if args.companies + args.heldout_companies >= 200 else None,
     )
     if args.index:

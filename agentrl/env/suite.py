@@ -193,18 +193,21 @@ def load_suite(name_or_path: str | Path) -> Suite:
     if (root / "sandbox.yaml").exists() and not (root / "tasks.jsonl").exists():
         spec = _read_sandbox_yaml(root / "sandbox.yaml")
         unknown = (
-            sorted(set(spec) - {"seed", "companies", "heldout_companies"}) if isinstance(spec, dict) else []
+            sorted(set(spec) - {"seed", "companies", "heldout_companies", "long_horizon"})
+            if isinstance(spec, dict)
+            else []
         )
         if not isinstance(spec, dict) or unknown:
             raise ConfigError(
-                f"{root / 'sandbox.yaml'}: expected a mapping of seed, companies, heldout_companies"
-                + (f"; unknown key {unknown[0]!r}" if unknown else "")
+                f"{root / 'sandbox.yaml'}: expected a mapping of seed, companies, heldout_companies, "
+                "long_horizon" + (f"; unknown key {unknown[0]!r}" if unknown else "")
             )
         try:
             data_dir = materialize(
                 seed=int(spec.get("seed", 0)),
                 companies=int(spec.get("companies", 50)),
                 heldout=int(spec.get("heldout_companies", 0)),
+                long_horizon=_flag(spec.get("long_horizon", False)),
             )
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{root / 'sandbox.yaml'}: {e}") from None
@@ -234,3 +237,10 @@ def read_corpus(path: Path) -> list[CorpusDoc]:
             except (ValidationError, ValueError) as e:
                 raise ConfigError(f"{path}:{lineno}: not a corpus document: {e}") from None
     return docs
+
+
+def _flag(value: Any) -> bool:
+    """A sandbox.yaml switch: true or false, nothing else (``"no"`` is not false by accident)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"long_horizon: expected true or false, got {value!r}")
+    return value

@@ -8,6 +8,7 @@ verl passes it as the ``agentrl:`` block of its agent-loop YAML, TRL and SkyRL a
 
 from __future__ import annotations
 
+import inspect
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrl.env import ResearchEnv
-from agentrl.errors import ConfigError
-from agentrl.tokens import Expander, sampling_spec
+from agentrl.errors import ConfigError, TemplateError
+from agentrl.tokens import Expander, SamplingSpec, sampling_spec
 from agentrl.yamlload import load_yaml, read_text
 
 __all__ = ["AgentSettings", "expander_for", "load_settings"]
@@ -82,8 +83,12 @@ def load_settings(
 
 
 _EXPANDERS: dict[tuple[int, str], Expander] = {}
-# Expander options that are not template options (``chat_template`` is both, and stays in).
-_EXPANDER_OPTIONS = frozenset({"check", "on_fork", "tool_arguments", "train_retokenized", "max_len"})
+# Expander options that are not template options (``chat_template`` is both, and goes to both).
+_EXPANDER_OPTIONS = frozenset(
+    name
+    for name, p in inspect.signature(Expander.__init__).parameters.items()
+    if name not in ("self", "tokenizer", "chat_template") and p.kind is not inspect.Parameter.VAR_KEYWORD
+)
 _LOCK = threading.Lock()
 
 
@@ -97,8 +102,13 @@ def expander_for(tokenizer: Any, **template_kwargs: Any) -> Expander:
     with _LOCK:
         exp = _EXPANDERS.get(key)
         if exp is None or exp.tokenizer is not tokenizer:
+            opts = {k: v for k, v in template_kwargs.items() if k in _EXPANDER_OPTIONS}
             renders = {k: v for k, v in template_kwargs.items() if k not in _EXPANDER_OPTIONS}
-            spec = sampling_spec(tokenizer, **renders)
-            exp = spec.expander(tokenizer, **template_kwargs)
+            given = opts.pop("stop_token_ids", None) or ()  # more stop ids: added to the spec's
+            try:
+                spec = sampling_spec(tokenizer, extra=given, **renders)
+            except TemplateError:  # no stop id at all: the expander reads turns without one
+                spec = SamplingSpec(frozenset(int(i) for i in given))
+            exp = spec.expander(tokenizer, **opts, **renders)
             _EXPANDERS[key] = exp
         return exp

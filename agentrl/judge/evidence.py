@@ -9,7 +9,8 @@ with this one function from the same messages, so they agree.
 Two graders use it (their schemas are in ``agentrl.judge.rubric``):
 
 - ``figure``: the report states the asked figure, states no other figure near it that the agent
-  never saw (a spray of guesses), and, when ``sourced``, the figure appears in a tool result;
+  never saw (a spray of guesses), and, when ``sourced``, the figure appears in a tool result (with
+  ``opened``, on a page the agent opened);
 - ``cited_source``: every ``\\cite{key}`` names a page opened in this episode, and that page
   prints the figures the citation is attached to.
 
@@ -179,6 +180,10 @@ def figure_holds(g: FigureGrader, report: str, evidence: Evidence) -> bool:
     seen = sorted(_candidates(evidence.seen_numbers(), bool(g.unit)))
     if g.sourced and not any(_same(x, target, tol) for x in seen):
         return False
+    if g.opened and not any(
+        _same(x, target, tol) for p in evidence.pages for x in _candidates(_numbers(p.text), bool(g.unit))
+    ):
+        return False  # seen in a search snippet at most: the page that prints it was never opened
     lo, hi = sorted((target / g.band, target * g.band))
     # Another figure for the same quantity (near it) that no tool result gave: a guess, or a spray.
     return not any(lo <= x <= hi and not _same(x, target, tol) and not _in(seen, x) for x in stated)

@@ -184,8 +184,10 @@ class FigureGrader(_Strict):
     states no *other* figure within a factor ``band`` of it that the agent never saw in a tool
     result (a spray of guesses, or a second estimate of the same quantity, earns nothing), and,
     with ``sourced``, the figure itself appears in a tool result of the episode (no reward for a
-    figure the agent did not find). With a ``unit``, only amounts with a currency sign or a scale
-    word count as figures (``$12.3 billion``, ``12.3bn``); without one, every number but a year.
+    figure the agent did not find). With ``opened`` it must be printed on a page the agent opened
+    (``open_url``), not only in a search snippet: a multi-source task pays for each figure only once
+    its source was read. With a ``unit``, only amounts with a currency sign or a scale word count
+    as figures (``$12.3 billion``, ``12.3bn``); without one, every number but a year.
     """
 
     type: Literal["figure"]
@@ -195,6 +197,7 @@ class FigureGrader(_Strict):
     abs_tolerance: Number = Field(default=0.0, ge=0)
     band: Number = Field(default=1.5, ge=1.0)
     sourced: bool = True
+    opened: bool = False
 
     @field_validator("unit")
     @classmethod

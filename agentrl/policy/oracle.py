@@ -1,5 +1,9 @@
 """A scripted oracle for sandbox tasks: search, open the official source, answer from it.
 
+A multi-source task (``ground_truth.steps``, ``agentrl.env.sandbox.multi``) is solved step by step:
+search the step's query, open its source, and so on for every step, then answer with the report
+template's ``<FIGUREk>`` and ``<URLk>`` filled from the k-th page opened.
+
 With ``noise`` = p it opens, with probability p per episode, one of the task's distractors (a
 gossip page or an analyst preview visible at the task date *and listed in its search results*)
 instead of the official release, and states that page's figure as fact, so rewards spread the way a
@@ -55,10 +59,43 @@ class OraclePolicy:
         body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
         return Message(role="assistant", content=f"<tool_call>\n{body}\n</tool_call>")
 
+    def _step_source(self, step: dict[str, Any], k: int, listed: str, ctx: EpisodeContext) -> dict[str, Any]:
+        """The page of step ``k`` to open: its official source, or (noise) a distractor that the
+        step's search listed."""
+        visible = [
+            d
+            for d in step.get("distractors", [])
+            if d.get("date", "") <= ctx.date and d.get("url") and d["url"] in listed
+        ]
+        rng = random.Random(stable_seed(ctx.seed, ctx.task_id, k, bits=64))
+        if rng.random() < self.noise and visible:
+            return rng.choice(visible)
+        return step["official"]
+
+    def _act_in_steps(self, messages: list[Message], ctx: EpisodeContext, turn: int) -> Message:
+        """Turns 2k and 2k+1: search step k's query, open its source; then answer from them all."""
+        steps = ctx.ground_truth["steps"]
+        results = [m.text for m in messages if m.role == "tool"]
+        k, opening = divmod(turn, 2)
+        if k < len(steps) and not opening:
+            return self._call("search", {"query": steps[k]["query"], "k": 5}, turn)
+        if k < len(steps):
+            listed = results[2 * k] if 2 * k < len(results) else ""
+            return self._call("open_url", {"url": self._step_source(steps[k], k, listed, ctx)["url"]}, turn)
+        report = ctx.ground_truth["report"]
+        for j, step in enumerate(steps):
+            listed = results[2 * j] if 2 * j < len(results) else ""
+            src = self._step_source(step, j, listed, ctx)
+            report = report.replace(f"<FIGURE{j + 1}>", src["figure"]).replace(f"<URL{j + 1}>", src["url"])
+        return self._call("answer", {"report": report}, turn)
+
     async def act(self, messages: list[Message], ctx: EpisodeContext) -> Message:
-        """Turn 1: search; turn 2: open the chosen source; turn 3: answer from it."""
+        """Turn 1: search; turn 2: open the chosen source; turn 3: answer from it (a multi-source
+        task: a search and a page per step, then the answer)."""
         turn = sum(1 for m in messages if m.role == "assistant")
         gt = ctx.ground_truth
+        if gt and gt.get("steps"):
+            return self._act_in_steps(messages, ctx, turn)
         src = self._source(messages, ctx)
         if not gt or src is None:
             return self._call("answer", {"report": "I could not find a reliable answer."}, turn)

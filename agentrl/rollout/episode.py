@@ -8,7 +8,8 @@ function gets a ``Request`` and returns one of
 - a ``Message`` (chat mode): handed to the env as the assistant turn, as a chat policy wrote it
   (the prompt ids a server reported for the first turn, ``PROMPT_IDS``, go to
   ``trajectory.info["prompt_token_ids"]``; later turns' are dropped);
-- a ``Generation`` (token mode, any object with ``token_ids``, ``logprobs``, ``finish_reason``):
+- a ``Generation`` (token mode, any object with ``token_ids`` and ``logprobs``; an engine's own
+  ``finish_reason`` is not read: ``turn_finish`` decides from the last id):
   token-in-token-out, the request's ``prompt_ids`` are ``expander.generation_prompt_ids(messages)``
   (exactly the training row so far plus the generation prompt) and the sampled ids become the
   assistant message through ``sampled_message``;

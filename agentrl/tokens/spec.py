@@ -12,8 +12,8 @@ replay, explain and the report read it back with ``read_sampling_spec``, so thei
 trainer's even for a model whose EOS is not its template's end of turn.
 
 Where no generation config is given, ``sampling_spec`` reads ``generation_config.json`` beside the
-tokenizer when the tokenizer was loaded from a local directory (a model directory, or a run's
-``tokenizer/``, where the trainer saves the policy's generation config).
+tokenizer when the tokenizer was loaded from a local directory (a model directory; a tokenizer
+loaded by hub id has none to read, so pass its ``GenerationConfig``).
 """
 
 from __future__ import annotations

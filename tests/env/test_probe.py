@@ -12,20 +12,25 @@ import pytest
 from agentrl.cli import main
 from agentrl.env import ResearchEnv
 from agentrl.policy import OraclePolicy
-from agentrl.rollout.probe import SHORTCUTS, ShortcutPolicy, format_table, probe
+from agentrl.rollout.probe import MULTI_SOURCE, SHORTCUTS, ShortcutPolicy, format_table, probe
 from agentrl.rollout.runner import run_policy_episode
 from agentrl.trajectory import write_trajectories
 
 from .conftest import ROOT, judge_and_replay
 
 QUICKSTART = str(ROOT / "examples" / "quickstart-env")
+LONG_HORIZON = str(ROOT / "examples" / "long-horizon-env")
 
 
-@pytest.mark.parametrize(("suite", "limit"), [("sandbox", 66), (QUICKSTART, None)])
-def test_no_shortcut_earns_a_reward_and_the_oracle_does(suite, limit):
+@pytest.mark.parametrize(
+    ("suite", "limit", "tasks"), [("sandbox", 66, 66), (QUICKSTART, None, 33), (LONG_HORIZON, None, 45)]
+)
+def test_no_shortcut_earns_a_reward_and_the_oracle_does(suite, limit, tasks):
+    """Every shortcut on the shipped suites; the multi-source ones where a suite has such tasks."""
     res = probe(suite, limit=limit)
-    assert res.tasks == (66 if limit else 33)
-    assert {r.policy.removeprefix("shortcut:") for r in res.shortcuts} == set(SHORTCUTS)
+    assert res.tasks == tasks
+    run = set(SHORTCUTS) if suite == LONG_HORIZON else set(SHORTCUTS) - MULTI_SOURCE
+    assert {r.policy.removeprefix("shortcut:") for r in res.shortcuts} == run
     assert res.oracle.mean >= 0.8, format_table(res)
     bad = {r.policy: (r.mean, r.through()) for r in res.shortcuts if r.mean > 0.05}
     assert not bad, format_table(res)

@@ -223,6 +223,10 @@ def test_the_evaluation_samples_at_its_own_temperature(suite, tmp_path):
 
     t = Trainer(_config(suite, tmp_path / "run", **{"eval": {"temperature": 0.25}}), progress=False)
     t.setup()
-    ev, train = _engine_rollout(t).__self__.loop, t.engine.loop  # type: ignore[attr-defined]
-    assert ev.temperature == 0.25 and train.temperature == t.cfg.rollout.temperature != 0.25
-    assert (ev.stop_ids, ev.limits, ev.top_p) == (train.stop_ids, train.limits, train.top_p)
+    try:
+        ev, train = _engine_rollout(t).__self__.loop, t.engine.loop  # type: ignore[attr-defined]
+        assert ev.temperature == 0.25 and train.temperature == t.cfg.rollout.temperature != 0.25
+        assert (ev.stop_ids, ev.limits, ev.top_p) == (train.stop_ids, train.limits, train.top_p)
+    finally:
+        t.pool.shutdown(wait=False)
+        t.judge.close()

@@ -29,6 +29,38 @@ def test_the_run_records_the_trainers_sampling_spec(real_run):
     assert spec.stop_ids == turn_stop_ids(tok, generation_config=gen)
 
 
+def test_the_trainer_stops_on_its_models_generation_config_eos_and_records_it(tmp_path, monkeypatch):
+    """A model whose generation config names an EOS that neither its template nor its tokenizer
+    ends turns with: the run's spec, its expander and ``sampling.json`` all have it — from the
+    loaded model's config (the file beside the tokenizer is not read here: a resumed run loads
+    its tokenizer from the run, where there is none)."""
+    import shutil
+
+    import agentrl.tokens.spec as spec_module
+
+    monkeypatch.setattr(spec_module, "saved_generation_config", lambda tokenizer: None)
+    from transformers import AutoTokenizer
+
+    from agentrl.train import Trainer
+    from tests.answering_model import answering_model_dir
+    from tests.train.learning_signal import train_config
+
+    model = tmp_path / "model"
+    shutil.copytree(answering_model_dir(), model)
+    tok = AutoTokenizer.from_pretrained(str(model))
+    extra = next(i for i in sorted(tok.get_added_vocab().values()) if i not in turn_stop_ids(tok))
+    gen = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**gen, "eos_token_id": extra}))
+    t = Trainer(train_config(tmp_path, sft_steps=0, **{"model.path": str(model)}), progress=False)
+    t.setup()
+    try:
+        assert extra in t.sampling.stop_ids and extra in t.expander.stop_ids and extra in t.engine.loop.stop_ids
+        assert read_sampling_spec(RunDir(t.out).sampling_file) == t.sampling
+    finally:
+        t.pool.shutdown(wait=False)
+        t.judge.close()
+
+
 def test_the_report_expands_with_the_runs_recorded_spec(run_copy):
     """An id the run stopped on (here one the template never writes) is a stop id of the report's
     expander, and its rows are cut at the run's ``max_len``."""

@@ -44,6 +44,8 @@ def test_a_steps_data_path_reads_in_three_files_of_train():
         where[name] = getattr(trainer_module, name).__module__
     for name in where:
         assert re.search(rf"\b{re.escape(name)}\(", source), name
+    for name in re.findall(r"\bself\.(_\w+)\(", source):  # every private step of the trainer it calls
+        where[name] = getattr(Trainer, name).__module__
     files = {m for m in where.values() if m.startswith("agentrl.train.")}
     assert files == {"agentrl.train.trainer", "agentrl.train.step_sampling", "agentrl.train.update"}, where
     assert set(where.values()) - files == {"agentrl.learn.batch"}, where

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,16 +58,21 @@ def build(
     companies: int = 50,
     heldout: int = 0,
     llm_criteria: bool = False,
+    long_horizon: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind, family and split).
 
     ``heldout``: companies after the first ``companies`` whose tasks are the ``heldout`` split.
     ``llm_criteria`` adds ``LLM_CRITERION`` to every rubric (scoring then needs a judge model).
+    ``long_horizon`` adds the multi-source families (``agentrl.env.sandbox.multi``: growth between
+    two years, a comparison of companies, every quarter of a year so far), drawn from an RNG of
+    their own after the single-source tasks, which stay as they were.
     ``companies`` is at most ``MAX_COMPANIES`` (``ConfigError`` otherwise, before any work);
     ``progress(done, total)`` is called after each company is rendered. ``out_dir`` is created only
     when the files are written, so a build stopped while it generates leaves nothing behind.
     """
+    from agentrl.env.sandbox.multi import make_multi_tasks
     from agentrl.env.sandbox.pages import render_company
     from agentrl.env.sandbox.tasks import make_tasks
     from agentrl.env.sandbox.world import make_world
@@ -94,6 +101,14 @@ def build(
         tasks.extend(made)
         if progress is not None:
             progress(i, companies + heldout)
+    if long_horizon:
+        by_id = {p["id"]: p for p in pages}
+        multi_rng = random.Random(seed * 15485863 + 3)
+        tasks.extend(make_multi_tasks(world[:companies], by_id, multi_rng))
+        if heldout:
+            for t in make_multi_tasks(world[companies:], by_id, multi_rng):
+                t["split"] = "heldout"
+                tasks.append(t)
     if llm_criteria:
         for t in tasks:
             t["rubric"]["criteria"].append(dict(LLM_CRITERION))
@@ -128,10 +143,23 @@ def build(
     }
 
 
-def materialize(seed: int = 0, companies: int = 50, heldout: int = 0) -> Path:
-    """The directory of the sandbox for ``(seed, companies, heldout)``, built into the cache on first use."""
+def materialize(seed: int = 0, companies: int = 50, heldout: int = 0, long_horizon: bool = False) -> Path:
+    """The directory of the sandbox for ``(seed, companies, heldout, long_horizon)``, built into the
+    cache on first use."""
     name = f"v{GENERATOR_VERSION}-seed{seed}-c{companies}" + (f"-h{heldout}" if heldout else "")
+    name += "-long" if long_horizon else ""
     out = cache_root() / "sandbox" / name
-    if not (out / "tasks.jsonl").exists():
-        build(out, seed=seed, companies=companies, heldout=heldout)
+    if (out / "tasks.jsonl").exists():
+        return out
+    # Two processes may build the same sandbox at once (a test run's workers, two runs): each
+    # builds into a directory of its own and renames it into place; the first rename wins.
+    mine = out.parent / f".{name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(mine, ignore_errors=True)
+    build(mine, seed=seed, companies=companies, heldout=heldout, long_horizon=long_horizon)
+    if out.exists() and not (out / "tasks.jsonl").exists():
+        shutil.rmtree(out, ignore_errors=True)  # a build stopped halfway, before this fix
+    try:
+        os.replace(mine, out)
+    except OSError:  # another process renamed its build into place first: the same files
+        shutil.rmtree(mine, ignore_errors=True)
     return out

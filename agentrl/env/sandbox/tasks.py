@@ -29,18 +29,18 @@ from typing import Any
 from agentrl.env.sandbox.pages import ORDINAL, source_ids
 from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
-__all__ = ["MAX_SCORE", "make_tasks"]
+__all__ = ["MAX_SCORE", "NOT_YET", "fig_re", "figure_grader", "make_tasks", "official", "quarter_distractors"]
 
 MAX_SCORE = 2.5
-_NOT_YET = r"\b(?:not\s+(?:yet\s+)?(?:been\s+)?(?:published|released|reported|available|out)|not\s+yet)\b"
+NOT_YET = r"\b(?:not\s+(?:yet\s+)?(?:been\s+)?(?:published|released|reported|available|out)|not\s+yet)\b"
 
 
-def _fig_re(text: str) -> str:
+def fig_re(text: str) -> str:
     """A regex matching a printed figure such as ``$12.3 billion`` (optional space after ``$``)."""
     return r"\$\s?" + re.escape(text[1:]).replace(r"\ ", r"\s*")
 
 
-def _figure_grader(figure: str) -> dict[str, Any]:
+def figure_grader(figure: str) -> dict[str, Any]:
     """The ``figure`` grader of a printed amount such as ``$12.3 billion``."""
     value, unit = figure.removeprefix("$").split(" ", 1)
     return {"type": "figure", "value": float(value), "unit": unit, "tolerance": 0.001}
@@ -67,7 +67,7 @@ def _rubric(
             "id": "accuracy",
             "text": acc_text + " It is the one figure given for it, as found in the sources opened.",
             "weight": 1.0,
-            "grader": _figure_grader(figure),
+            "grader": figure_grader(figure),
         },
         {
             "id": "temporal",
@@ -92,7 +92,7 @@ def _rubric(
                 "kind": "negative",
                 "weight": -1.0,
                 "text": "States a rumoured or predicted figure as fact.",
-                "grader": {"type": "regex", "pattern": "|".join(_fig_re(d) for d in bad)},
+                "grader": {"type": "regex", "pattern": "|".join(fig_re(d) for d in bad)},
             }
         )
     return {
@@ -109,7 +109,7 @@ def _src(doc_id: str, url: str, day: dt.date, figure: str, kind: str) -> dict[st
     return {"id": doc_id, "url": url, "date": day.isoformat(), "figure": figure, "kind": kind}
 
 
-def _official(c: Company, qt: Quarter, figure: str) -> dict[str, Any]:
+def official(c: Company, qt: Quarter, figure: str) -> dict[str, Any]:
     return _src(
         source_ids(c, qt)["official"],
         f"https://ir.{c.slug}.example/news/{qt.year}-q{qt.q}-results",
@@ -119,7 +119,7 @@ def _official(c: Company, qt: Quarter, figure: str) -> dict[str, Any]:
     )
 
 
-def _quarter_distractors(
+def quarter_distractors(
     c: Company, qt: Quarter, pages: dict[str, dict[str, Any]], metric: str
 ) -> list[dict[str, Any]]:
     ids = source_ids(c, qt)
@@ -167,7 +167,7 @@ def _quarterly(c: Company, qt: Quarter, metric: str, rng: random.Random, pages: 
     tid = f"{c.slug}-q{qt.q}-{qt.year}-{metric.replace(' ', '-')}"
     prompt = f"What was {poss(c.name)} {mlabel} in Q{qt.q} {qt.year}? Cite your source."
     day = qt.release + dt.timedelta(days=rng.randint(3, 150))
-    dis = _quarter_distractors(c, qt, pages, "revenue" if metric == "revenue" else metric)
+    dis = quarter_distractors(c, qt, pages, "revenue" if metric == "revenue" else metric)
     period_re = rf"(?i)\bQ{qt.q}\s+{qt.year}\b|\b{ORDINAL[qt.q]}\s+quarter\s+(?:of\s+)?{qt.year}\b"
     rubric = _rubric(
         tid,
@@ -191,7 +191,7 @@ def _quarterly(c: Company, qt: Quarter, metric: str, rng: random.Random, pages: 
         day,
         rubric,
         f"{poss(c.name)} {mlabel} in {qt.label} results",
-        _official(c, qt, fig),
+        official(c, qt, fig),
         dis,
         report,
         report,
@@ -230,7 +230,7 @@ def _annual(c: Company, year: int, rng: random.Random, pages: dict) -> dict[str,
         day,
         rubric,
         f"{poss(c.name)} full-year {year} revenue results",
-        _official(c, q4, fig),
+        official(c, q4, fig),
         dis,
         report,
         report,
@@ -243,13 +243,13 @@ def _summary_trap(c: Company, year: int, n: int, rng: random.Random, pages: dict
     fig = money(qt.segment_revenue)
     tid = f"{c.slug}-{year}-summary-{day.isoformat()}"
     prompt = f"Summarise {poss(c.name)} {year} financial results, focusing on {c.segment} revenue."
-    dis = _quarter_distractors(c, qt, pages, "segment")
+    dis = quarter_distractors(c, qt, pages, "segment")
     pid, gid = f"preview-{c.slug}-fy-{year}", f"gossip-{c.slug}-fy-{year}"
     dis += [
         _src(pid, pages[pid]["url"], c.fy_preview[year][0], money(c.fy_preview[year][1]), "preview"),
         _src(gid, pages[gid]["url"], c.fy_gossip[year][0], money(c.fy_gossip[year][1]), "gossip"),
     ]
-    period_re = rf"(?is)^(?=.*\bQ{n}\s+{year}\b)(?=.*{_NOT_YET})"
+    period_re = rf"(?is)^(?=.*\bQ{n}\s+{year}\b)(?=.*{NOT_YET})"
     rubric = _rubric(
         tid,
         prompt,
@@ -274,7 +274,7 @@ def _summary_trap(c: Company, year: int, n: int, rng: random.Random, pages: dict
         day,
         rubric,
         f"{poss(c.name)} {year} financial results",
-        _official(c, qt, fig),
+        official(c, qt, fig),
         dis,
         report,
         rumor,
@@ -289,8 +289,8 @@ def _quarter_trap(
     fig = money(prev.segment_revenue)
     tid = f"{c.slug}-q{asked.q}-{asked.year}-notyet-{day.isoformat()}"
     prompt = f"What was {poss(c.name)} {c.segment} revenue in Q{asked.q} {asked.year}?"
-    dis = _quarter_distractors(c, asked, pages, "segment")
-    period_re = rf"(?is)^(?=.*\bQ{asked.q}\s+{asked.year}\b)(?=.*{_NOT_YET})(?=.*\bQ{prev.q}\s+{prev.year}\b)"
+    dis = quarter_distractors(c, asked, pages, "segment")
+    period_re = rf"(?is)^(?=.*\bQ{asked.q}\s+{asked.year}\b)(?=.*{NOT_YET})(?=.*\bQ{prev.q}\s+{prev.year}\b)"
     rubric = _rubric(
         tid,
         prompt,
@@ -315,7 +315,7 @@ def _quarter_trap(
         day,
         rubric,
         f"{poss(c.name)} {c.segment} revenue in {asked.label} results",
-        _official(c, prev, fig),
+        official(c, prev, fig),
         dis,
         report,
         rumor,

@@ -1,0 +1,152 @@
+"""The multi-source sandbox families (``build(long_horizon=True)``): no single page answers a task,
+the oracle solves every one by reading each source, and no shortcut earns more than 0.05."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from agentrl.env import ResearchEnv
+from agentrl.env.sandbox import build
+from agentrl.env.sandbox.multi import FAMILIES, percent_re
+from agentrl.judge import normalized_reward
+from agentrl.policy import OraclePolicy
+from agentrl.rollout.probe import MULTI_SOURCE, probe
+from agentrl.rollout.runner import run_policy_episode
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("long-horizon")
+    build(out, seed=3, companies=4, heldout=2, long_horizon=True)
+    return out
+
+
+def _tasks(world: Path) -> list[dict]:
+    return [json.loads(line) for line in (world / "tasks.jsonl").read_text().splitlines()]
+
+
+def _multi(world: Path) -> list[dict]:
+    return [t for t in _tasks(world) if t["family"] in FAMILIES]
+
+
+def test_every_family_is_in_both_splits_and_the_one_source_tasks_are_unchanged(world, tmp_path):
+    tasks = _tasks(world)
+    for split in ("train", "heldout"):
+        fams = {t["family"] for t in tasks if t.get("split", "train") == split}
+        assert set(FAMILIES) <= fams, (split, fams)
+    plain = tmp_path / "plain"
+    build(plain, seed=3, companies=4, heldout=2)
+    assert [t for t in tasks if t["family"] not in FAMILIES] == _tasks(plain)
+    assert (plain / "corpus.jsonl").read_bytes() == (world / "corpus.jsonl").read_bytes()
+
+
+def test_no_single_page_prints_every_figure_a_task_asks(world):
+    pages = [json.loads(line) for line in (world / "corpus.jsonl").read_text().splitlines()]
+    texts = [p.get("text") or p.get("html") or json.dumps(p) for p in pages]
+    for t in _multi(world):
+        figs = [s["official"]["figure"] for s in t["ground_truth"]["steps"]]
+        assert len(figs) >= 2 and len(set(figs)) == len(figs), t["id"]
+        assert not any(all(f in text for f in figs) for text in texts), t["id"]
+
+
+def test_the_oracle_solves_every_multi_source_task_by_reading_each_source(world):
+    env = ResearchEnv({"suite": str(world), "budgets": {"max_turns": 8, "max_tool_calls": 12}})
+    heldout = ResearchEnv(
+        {"suite": str(world), "split": "heldout", "budgets": {"max_turns": 8, "max_tool_calls": 12}}
+    )
+
+    async def run(e: ResearchEnv) -> list:
+        return [
+            await run_policy_episode(e, OraclePolicy(0.0), t, 0, 0)
+            for t in e.tasks
+            if t.ground_truth.get("steps")
+        ]
+
+    trajs = asyncio.run(run(env)) + asyncio.run(run(heldout))
+    assert len(trajs) == len(_multi(world))
+    for tr in trajs:
+        assert normalized_reward(tr) >= 0.999, (tr.task_id, [(c.id, c.score) for c in tr.reward.criteria])
+        steps = next(t for t in _multi(world) if t["id"] == tr.task_id)["ground_truth"]["steps"]
+        opened = [c.function.parsed_arguments()["url"] for m in tr.messages if m.role == "assistant"
+                  for c in m.tool_calls or [] if c.function.name == "open_url"]  # fmt: skip
+        assert opened == [s["official"]["url"] for s in steps]
+
+
+def test_a_noisy_oracle_that_reads_a_prediction_is_penalised(world):
+    env = ResearchEnv({"suite": str(world), "budgets": {"max_turns": 8, "max_tool_calls": 12}})
+
+    async def run() -> list:
+        return [
+            await run_policy_episode(env, OraclePolicy(1.0), t, 0, s)
+            for t in env.tasks if t.ground_truth.get("steps") for s in range(2)
+        ]  # fmt: skip
+
+    rewards = [normalized_reward(t) for t in asyncio.run(run())]
+    assert max(rewards) < 1.0 and min(rewards) <= 0.0
+
+
+def test_every_shortcut_earns_at_most_005_on_the_multi_source_tasks(world):
+    result = probe(str(world))
+    assert result.oracle.mean >= 0.99
+    rows = {r.policy.removeprefix("shortcut:"): r for r in result.shortcuts}
+    assert set(rows) >= MULTI_SOURCE
+    n = len([t for t in _multi(world) if t.get("split", "train") == "train"])
+    assert all(len(rows[k].rewards) == n for k in MULTI_SOURCE)
+    assert not result.failing, [(r.policy, r.mean) for r in result.failing]
+
+
+def test_a_figure_read_in_a_search_snippet_only_does_not_pay_where_the_page_must_be_opened(world):
+    """The growth task's figures are in the search snippets (news titles print them): with
+    ``opened`` they pay only once the release is opened."""
+    result = probe(str(world), shortcuts=["search-snippets"])
+    (row,) = result.shortcuts
+    assert row.rewards and max(row.rewards) == 0.0 and not row.passed
+
+
+@pytest.mark.parametrize(("pct", "text", "hit"), [
+    (6.5, "a change of +6.5%", True), (6.5, "grew 6.4 percent", True), (6.5, "6.6 per cent", True),
+    (6.5, "up 6.7%", False), (-3.2, "fell 3.2%", True), (-3.2, "-3.2%", True), (6.5, "16.5%", False),
+    (6.5, "6.50%", False),
+])  # fmt: skip
+def test_the_change_is_read_to_one_decimal_give_or_take_rounding(pct, text, hit):
+    import re
+
+    assert bool(re.search(percent_re(pct), text)) is hit
+
+
+def test_the_long_horizon_example_loads_with_room_for_every_step():
+    env = ResearchEnv({"suite": str(ROOT / "examples" / "long-horizon-env")})
+    steps = max(len(t.ground_truth.get("steps", [])) for t in env.tasks)
+    assert steps >= 3 and env.config.budgets.max_turns >= 2 * steps + 1
+    assert env.config.budgets.max_tool_calls >= 2 * steps
+
+
+def test_processes_that_build_the_same_sandbox_at_once_all_get_it_whole(tmp_path):
+    """Test workers (or two runs) materialise one sandbox together: each builds privately and the
+    first rename wins, so none reads a half-written directory or fails on another's temp files."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from agentrl.env.sandbox import materialize; "
+        "print(materialize(seed=5, companies=3, heldout=1, long_horizon=True))"
+    )
+    env = {**os.environ, "AGENTRL_CACHE": str(tmp_path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(6)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err[-500:] for _, err in outs]
+    (where,) = {out.strip() for out, _ in outs}
+    assert os.listdir(tmp_path / "sandbox") == [Path(where).name]
+    assert len(_tasks(Path(where))) > 0
