@@ -3,7 +3,7 @@ then the algorithm's estimator. The trainer and ``agentrl replay`` call this sam
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
@@ -31,6 +31,31 @@ Batch = dict[str, torch.Tensor]
 
 def _trajectory_scores(batch: Batch, rewards: torch.Tensor) -> torch.Tensor:
     return masked_sum(rewards, batch["loss_mask"], dim=-1)
+
+
+def _per_episode(
+    batch: Batch,
+    scores: torch.Tensor,
+    group_ids: Sequence[Hashable] | torch.Tensor,
+    mask: torch.Tensor,
+    estimator: Callable[[torch.Tensor, Sequence[Hashable] | torch.Tensor, torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """A group estimator (GRPO, RLOO) over episodes, not rows: an episode whose context was rewritten
+    has a row per segment (``batch["episode"]``), each with the episode's outcome; the group sees the
+    episode once, scored by its last segment's row, and every row of the episode gets its advantage."""
+    if "episode" not in batch:
+        return estimator(scores, group_ids, mask)
+    episode = batch["episode"].tolist()
+    last: dict[int, int] = {}
+    for i, e in enumerate(episode):
+        last[e] = i  # rows of an episode are in segment order: the last is the final segment
+    firsts = sorted(last.values())
+    groups = group_ids.tolist() if isinstance(group_ids, torch.Tensor) else list(group_ids)
+    one = torch.ones(len(firsts), 1, dtype=mask.dtype, device=mask.device)
+    per_episode = estimator(scores[firsts], [groups[i] for i in firsts], one)[:, 0]
+    where = {e: k for k, e in enumerate(episode[i] for i in firsts)}
+    row_adv = per_episode[torch.tensor([where[e] for e in episode], device=mask.device)]
+    return row_adv[:, None] * mask.to(row_adv.dtype)
 
 
 def compute_advantages(
@@ -74,12 +99,15 @@ def compute_advantages(
             batch["raw_advantages"] = adv
             adv = masked_whiten(adv, mask, reduce=reduce) * mask
     elif cfg.name == "grpo":
-        adv = grpo_advantages(
-            _trajectory_scores(batch, rewards), group_ids, mask, norm_by_std=cfg.norm_adv_by_std,
-            reduce=reduce,
+        adv = _per_episode(
+            batch, _trajectory_scores(batch, rewards), group_ids, mask,
+            lambda sc, g, m: grpo_advantages(sc, g, m, norm_by_std=cfg.norm_adv_by_std, reduce=reduce),
         )  # fmt: skip
     elif cfg.name == "rloo":
-        adv = rloo_advantages(_trajectory_scores(batch, rewards), group_ids, mask, reduce=reduce)
+        adv = _per_episode(
+            batch, _trajectory_scores(batch, rewards), group_ids, mask,
+            lambda sc, g, m: rloo_advantages(sc, g, m, reduce=reduce),
+        )  # fmt: skip
     else:
         adv = reinforce_pp_advantages(rewards, mask, cfg.gamma, reduce=reduce)
     batch["advantages"] = adv

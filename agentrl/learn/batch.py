@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agentrl.tokens import Expander, collate
+from agentrl.tokens import Expander, collate, expand_segments, segment_row_id
 from agentrl.trajectory import Trajectory, normalized_reward, training_reward
 
-__all__ = ["build_batch", "is_truncated", "normalized_reward", "training_reward"]
+__all__ = ["build_batch", "is_truncated", "normalized_reward", "row_ids", "training_reward"]
 
 
 def is_truncated(traj: Trajectory) -> bool:
@@ -25,22 +25,31 @@ def is_truncated(traj: Trajectory) -> bool:
 def build_batch(
     trajs: list[Trajectory], expander: Expander, *, normalize: bool, pad_id: int, device: torch.device
 ) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
-    """The trainable trajectories, their collated rows (plus ``known_logprobs``, 1 where the sampler's
-    log-prob is known, and ``truncated`` [B], 1 for an episode ``is_truncated``) and drop counts. The scores are the expander's, untouched: the reward
+    """The trainable trajectories (one per row: an episode whose context was rewritten has a row per
+    context segment, ``expand_segments``, and then ``episode`` [B] and ``segment`` [B] say which
+    episode and segment each row is), their collated rows (plus ``known_logprobs``, 1 where the
+    sampler's log-prob is known, and ``truncated`` [B], 1 for an episode ``is_truncated``) and drop counts. The scores are the expander's, untouched: the reward
     (``training_reward``: normalised when ``normalize``) on the last policy token, plus the
     trajectory's ``info["turn_rewards"]`` on each turn's last policy token."""
     keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
+    episodes: list[Trajectory] = []
+    episode: list[int] = []  # the row's episode (its index among the kept trajectories)
+    segment: list[int] = []  # the row's context segment within its episode
     for t in trajs:
         reward = training_reward(t, normalize)
         if reward is None:
             dropped_judge += 1
             continue
-        row = expander.expand(t, reward=reward)
-        if not row.loss_mask.any():
+        parts = [r for r in expand_segments(expander, t, reward=reward) if r.loss_mask.any()]
+        if not parts:
             dropped_empty += 1
             continue
-        keep.append(t)
-        rows.append(row)
+        for k, row in enumerate(parts):  # one row per context segment (one for most episodes)
+            keep.append(t)
+            rows.append(row)
+            episode.append(len(episodes))
+            segment.append(k)
+        episodes.append(t)
     stats = {
         "train/dropped_judge_error": float(dropped_judge),
         "train/dropped_untrainable": float(dropped_empty),
@@ -53,4 +62,14 @@ def build_batch(
         known[i, : len(r)] = r.known_logprob_mask()
     batch["known_logprobs"] = torch.from_numpy(known).to(device)
     batch["truncated"] = torch.tensor([float(is_truncated(t)) for t in keep], device=device)
+    if len(episodes) < len(rows):  # an episode with a rewritten context: its rows share one outcome
+        batch["episode"] = torch.tensor(episode, dtype=torch.int64, device=device)
+        batch["segment"] = torch.tensor(segment, dtype=torch.int64, device=device)
     return keep, batch, stats
+
+
+def row_ids(keep: list[Trajectory], batch: dict[str, torch.Tensor]) -> list[str]:
+    """The id of each row of ``build_batch``'s batch: its trajectory's, ``ID#k`` for context segment
+    k > 0 (``agentrl.tokens.segment_row_id``)."""
+    segment = batch["segment"].tolist() if "segment" in batch else [0] * len(keep)
+    return [segment_row_id(t.id, k) for t, k in zip(keep, segment, strict=True)]

@@ -138,20 +138,21 @@ class Rebuilt:
     values_from: str
 
 
-def _stored_values(kept: list[Trajectory], mask: torch.Tensor, stored: StoredStats) -> torch.Tensor | None:
-    """[B, T] values from a run's stored numbers, or None unless every kept row has them at exactly
-    the rebuilt policy positions."""
+def _stored_values(rows: list[str], mask: torch.Tensor, stored: StoredStats) -> torch.Tensor | None:
+    """[B, T] values from a run's stored numbers (by row id: a trajectory's, or ``ID#k`` for its
+    context segment k), or None unless every kept row has them at exactly the rebuilt policy
+    positions."""
     import torch
 
     values = torch.zeros(mask.shape, dtype=torch.float32)
-    for i, t in enumerate(kept):
-        entry = stored.get(t.id)
+    for i, rid in enumerate(rows):
+        entry = stored.get(rid)
         if entry is None or "values" not in entry:
             return None
         pos = np.flatnonzero(mask[i].numpy())
         if not np.array_equal(pos, entry["positions"]):
             raise ConfigError(
-                f"trajectory {t.id!r}: the run's stored policy positions differ from the rebuilt row "
+                f"trajectory {rid!r}: the run's stored policy positions differ from the rebuilt row "
                 "(another tokenizer or max_len than the run's?)"
             )
         values[i, torch.from_numpy(pos)] = torch.from_numpy(entry["values"].astype(np.float32))
@@ -180,7 +181,7 @@ def rebuild_batch(
     import torch
 
     from agentrl.learn.advantages import compute_advantages
-    from agentrl.learn.batch import build_batch
+    from agentrl.learn.batch import build_batch, row_ids
     from agentrl.learn.forward import chunked_forward, forward_values
 
     cfg = settings.algorithm
@@ -207,7 +208,7 @@ def rebuild_batch(
                 )
             values_from = "critic"
         elif stored is not None:
-            values = _stored_values(keep, batch["loss_mask"], stored)
+            values = _stored_values(row_ids(keep, batch), batch["loss_mask"], stored)
             values_from = "stored" if values is not None else "zero"
         batch["values"] = values if values is not None else torch.zeros_like(batch["old_logprobs"])
     compute_advantages(batch, cfg, [t.task_id for t in keep])

@@ -54,9 +54,11 @@ from typing import Any, Protocol
 from agentrl.env.suite import Task
 from agentrl.policy.base import EpisodeContext, Policy
 from agentrl.policy.server_reply import CONTEXT_OVERFLOW, PROMPT_IDS, ContextOverflow
+from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
 from agentrl.seeds import episode_seed, stable_seed
 from agentrl.tokens import Expander, sampled_message
 from agentrl.trajectory import Message, Trajectory
+from agentrl.trajectory.context import CONTEXT_SEGMENTS, stub_indices, view
 
 __all__ = [
     "BatchGenerateFn",
@@ -138,6 +140,7 @@ class Limits:
     max_new_tokens: int | None = None
     max_len: int | None = None
     max_completion_tokens: int | None = None
+    context: ContextPolicy = NO_CONTEXT_POLICY  # how a long episode stays within max_len
 
 
 @dataclass(frozen=True)
@@ -232,11 +235,25 @@ async def run_episode(
     chat_prompt: list[int] | None = None  # the first prompt as a chat server tokenized it
     turn = 0
     gen_s = env_s = 0.0
+    trigger = limits.context.trigger(limits.max_len)
+    stubbed: frozenset[int] = frozenset()  # tool results shown as stubs (context management)
+    rewrites: list[dict[str, Any]] = []
     while True:
         prompt: list[int] | None = None
         max_tokens = limits.max_new_tokens
+        seen = view(env.messages, stubbed) if stubbed else env.messages
         if expander is not None:
-            prompt = expander.generation_prompt_ids(env.messages)
+            prompt = expander.generation_prompt_ids(seen)
+            if trigger is not None and turn > 0 and len(prompt) + (max_tokens or 0) > trigger:
+                more = stub_indices(env.messages, limits.context.keep_last_turns) - stubbed
+                if more:  # rewrite: a new context segment begins with this turn
+                    stubbed |= more
+                    rewrites.append(
+                        {"turn": turn, "messages": len(env.messages), "stubbed": sorted(stubbed),
+                         "strategy": limits.context.strategy}
+                    )  # fmt: skip
+                    seen = view(env.messages, stubbed)
+                    prompt = expander.generation_prompt_ids(seen)
             first = prompt if first is None else first
             if limits.max_len is not None and len(prompt) + (max_tokens or 0) > limits.max_len:
                 reason = "max_len"
@@ -248,7 +265,7 @@ async def run_episode(
                     break
                 max_tokens = budget if max_tokens is None else min(max_tokens, budget)
         seed = None if spec.seed is None else turn_seed(spec.seed, turn)
-        req = Request(env, spec, index, turn, seed, list(env.messages), prompt, max_tokens)
+        req = Request(env, spec, index, turn, seed, list(seen), prompt, max_tokens)
         t0 = time.perf_counter()
         out = await generate(req)
         gen_s += time.perf_counter() - t0
@@ -280,6 +297,8 @@ async def run_episode(
         traj.info["truncated_detail"] = detail
     if chat_prompt is not None:
         traj.info["prompt_token_ids"] = chat_prompt  # the expander uses it as the first prompt
+    if rewrites:
+        traj.info[CONTEXT_SEGMENTS] = rewrites  # the expander gives one row per segment
     traj.info.update(spec.info)
     wall = time.perf_counter() - t_start
     return EpisodeResult(traj, first, turn, reason, gen_s, env_s, wall)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from agentrl.learn.models import full_params
+from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
 from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
 from agentrl.sampling.generate import hf_generate_batch
 from agentrl.sampling.kv_cache import EpisodeKVCache, PrefillStats
@@ -29,11 +30,13 @@ __all__ = ["EpisodeLoop", "HFEngine"]
 class EpisodeLoop:
     """The episode loop's settings shared by every engine of a run: ``spec`` (stop ids, limits,
     temperature, top-p), ``expander`` (built by ``spec.expander``; a sampler thread has its own copy
-    of the tokenizer) and the ``executor`` that steps the envs."""
+    of the tokenizer), the ``executor`` that steps the envs and the ``context`` policy of long
+    episodes (``agentrl.rollout.context``)."""
 
     spec: SamplingSpec
     expander: Expander
     executor: cf.Executor
+    context: ContextPolicy = NO_CONTEXT_POLICY  # how a long episode stays within max_len
 
     @property
     def stop_ids(self) -> Collection[int]:
@@ -41,7 +44,9 @@ class EpisodeLoop:
 
     @property
     def limits(self) -> Limits:
-        return Limits(max_new_tokens=self.spec.max_new_tokens, max_len=self.spec.max_len)
+        return Limits(
+            max_new_tokens=self.spec.max_new_tokens, max_len=self.spec.max_len, context=self.context
+        )
 
     @property
     def temperature(self) -> float:

@@ -29,6 +29,7 @@ import torch
 
 from agentrl.errors import SamplerError
 from agentrl.learn.models import frozen_copy
+from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.tokens import SamplingSpec
 from agentrl.trajectory import Trajectory
@@ -49,6 +50,7 @@ class SamplerSetup:
     env_config: dict[str, Any]
     env_workers: int
     threads: int | None
+    context: ContextPolicy = NO_CONTEXT_POLICY
 
 
 class ProcessSnapshotEngine:
@@ -150,7 +152,7 @@ def _serve(conn: Any, setup: SamplerSetup, model_module: str) -> None:
     envs: list[Any] = [ResearchEnv(setup.env_config)]
     engine: HFEngine | None = None
     with cf.ThreadPoolExecutor(max_workers=setup.env_workers, thread_name_prefix="agentrl-env") as pool:
-        loop = EpisodeLoop(setup.spec, expander, pool)
+        loop = EpisodeLoop(setup.spec, expander, pool, setup.context)
         while True:
             try:
                 kind, payload = conn.recv()

@@ -15,6 +15,7 @@ from agentrl.tokens.expander import CheckMode, Expander
 from agentrl.tokens.logprobs import token_logprobs
 from agentrl.tokens.record import TokenTrajectory, token_trajectory
 from agentrl.tokens.sampled import sampled_message
+from agentrl.tokens.segments import expand_segments, segment_row_id
 from agentrl.tokens.selftest import TemplateReport
 from agentrl.tokens.spec import SamplingSpec, read_sampling_spec, run_expander, sampling_spec
 from agentrl.tokens.stops import end_of_turn_ids, generation_eos_ids, turn_stop_ids
@@ -37,12 +38,14 @@ __all__ = [
     "block_causal_mask",
     "collate",
     "end_of_turn_ids",
+    "expand_segments",
     "generation_eos_ids",
     "pack",
     "read_sampling_spec",
     "run_expander",
     "sampled_message",
     "sampling_spec",
+    "segment_row_id",
     "token_logprobs",
     "token_trajectory",
     "turn_stop_ids",

@@ -26,6 +26,7 @@ __all__ = [
     "INPUT_PATHS",
     "AlgorithmConfig",
     "AuditConfig",
+    "ContextConfig",
     "EvalConfig",
     "ModelConfig",
     "OptimConfig",
@@ -81,6 +82,22 @@ class ModelConfig(_Strict):
     )
 
 
+class ContextConfig(_Strict):
+    strategy: Literal["none", "drop_observations"] = Field(
+        "none",
+        description="none: an episode whose next prompt would pass max_len ends there; drop_observations: "
+        "old tool results are shown as one-line stubs first (a new context segment, trained as its own row)",
+    )
+    trigger_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="rewrite when a prompt plus max_new_tokens would pass this (default: max_len)",
+    )
+    keep_last_turns: int = Field(
+        1, ge=0, description="the tool results of the last N assistant turns stay whole"
+    )
+
+
 class RolloutConfig(_Strict):
     suite: str = Field(
         "sandbox", description="environment suite: 'sandbox' (embedded default) or a suite dir"
@@ -96,6 +113,10 @@ class RolloutConfig(_Strict):
     max_new_tokens: int = Field(64, ge=1, description="tokens per assistant turn")
     max_len: int = Field(
         DEFAULT_MAX_LEN, ge=16, description="tokens per trajectory (prompt + turns + observations)"
+    )
+    context: ContextConfig = Field(
+        default_factory=ContextConfig,
+        description="context management of long episodes (docs/training.md, long episodes)",
     )
     env_workers: int = Field(8, ge=1, description="threads stepping the envs of a batch of episodes")
     backend: Literal["local", "ray"] = Field(

@@ -45,6 +45,6 @@ def make_engine(
         raise ValueError("rollout.sampler: process needs the env config")
     r = cfg.rollout
     setup = SamplerSetup(
-        tokenizer, loop.spec, pad_id, cache_tokens, env_config, r.env_workers, r.torch_threads
+        tokenizer, loop.spec, pad_id, cache_tokens, env_config, r.env_workers, r.torch_threads, loop.context
     )
     return ProcessSnapshotEngine(model, setup)

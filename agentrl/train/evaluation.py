@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from agentrl.eval.during_training import Evaluation, audit_summary, eval_env_config, eval_summary
+from agentrl.rollout.context import context_policy
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.sampling.hf import EpisodeLoop, HFEngine
 from agentrl.train.config import TrainConfig
@@ -70,7 +71,8 @@ def _engine_rollout(trainer: Trainer) -> Any:
     """The eval episodes' rollout function: the live policy at ``eval.temperature``."""
     cfg, r = trainer.cfg, trainer.cfg.rollout
     temperature = cfg.eval.temperature if cfg.eval.temperature is not None else r.temperature
-    loop = EpisodeLoop(replace(trainer.sampling, temperature=temperature), trainer.expander, trainer.pool)
+    spec = replace(trainer.sampling, temperature=temperature)
+    loop = EpisodeLoop(spec, trainer.expander, trainer.pool, context_policy(r.context))
     if r.engine == "vllm":
         engine = trainer.engine
 

@@ -32,8 +32,9 @@ import torch
 from agentrl.env import ResearchEnv
 from agentrl.env.sources import page_kinds
 from agentrl.errors import ConfigError
-from agentrl.learn.batch import build_batch
+from agentrl.learn.batch import build_batch, row_ids
 from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values
+from agentrl.rollout.context import context_policy
 from agentrl.rundir import RunDir, write_json
 from agentrl.sampling.engines import EpisodeLoop, RolloutEngine
 from agentrl.sampling.overlap import OneStepOffPolicy, Presampled
@@ -183,7 +184,7 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
             if r.staleness == 1 and not in_child
             else self.expander
         )
-        loop = EpisodeLoop(self.sampling, sampler_expander, self.pool)
+        loop = EpisodeLoop(self.sampling, sampler_expander, self.pool, context_policy(r.context))
         self.engine: RolloutEngine = make_engine(
             cfg, self.model, loop, pad_id=self.pad_id, step=self.step, tokenizer=self.tokenizer,
             output_dir=self.out, env_config=self.env_config,
@@ -324,7 +325,7 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
             # 5. advantages (and the per-token log of this update)
             m.update(compute_advantages(batch, cfg.algorithm, [t.task_id for t in keep], self.models.kl_ctrl))
             if cfg.log_token_stats:
-                self._log_tokens(step, [t.id for t in keep], batch)
+                self._log_tokens(step, row_ids(keep, batch), batch)
             t4 = time.perf_counter()
             # 6. update: policy, critic, learning-rate schedule
             m.update(self._update(batch, step))

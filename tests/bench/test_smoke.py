@@ -375,3 +375,16 @@ def test_seeds_summary_over_seeds() -> None:
     assert "worst seed 1: -0.100" in text and "includes 0" in text and "slowest seed 2: 5.0 min" in text
     assert "excludes 0 in 2 of 3 runs" in text
     assert [seeds.meets_bar(r) for r in (run(0, 0.3), run(1, 0.05))] == [True, False]
+
+
+@smoke("long_horizon")
+def test_long_horizon(at_root: None, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import long_horizon
+
+    rows = long_horizon.main(["--tokenizer", "test", "--max-len", "2048", "--split", "train"])
+    out = capsys.readouterr().out
+    assert [r["strategy"] for r in rows] == ["none", "drop_observations"]
+    plain, dropped = rows
+    assert plain["solved"] == 0 and plain["stops"] == {"max_len": plain["tasks"]}
+    assert dropped["solved"] == dropped["tasks"] > 0 and dropped["segments"] > 1
+    assert dropped["row_max"] <= 2048 and "| drop_observations | train |" in out

@@ -54,7 +54,9 @@ def test_the_trainer_stops_on_its_models_generation_config_eos_and_records_it(tm
     t = Trainer(train_config(tmp_path, sft_steps=0, **{"model.path": str(model)}), progress=False)
     t.setup()
     try:
-        assert extra in t.sampling.stop_ids and extra in t.expander.stop_ids and extra in t.engine.loop.stop_ids
+        assert (
+            extra in t.sampling.stop_ids and extra in t.expander.stop_ids and extra in t.engine.loop.stop_ids
+        )
         assert read_sampling_spec(RunDir(t.out).sampling_file) == t.sampling
     finally:
         t.pool.shutdown(wait=False)

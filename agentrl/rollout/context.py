@@ -1,0 +1,54 @@
+"""How the episode loop keeps a long episode within ``max_len``: ``ContextPolicy``.
+
+``strategy: none`` (the default) lets the conversation grow until the next prompt would pass
+``max_len``, which ends the episode (``max_len``). ``drop_observations`` rewrites the context first:
+before a turn whose prompt plus ``max_new_tokens`` would pass ``trigger_tokens`` (default:
+``max_len``), every tool result but those after the last ``keep_last_turns`` assistant turns is
+shown as a one-line stub (``agentrl.trajectory.context``). Each rewrite starts a new context segment,
+recorded on the trajectory; the expander gives one exact training row per segment. It acts in
+token mode (where the loop counts tokens); a chat policy sees the whole conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["NO_CONTEXT_POLICY", "STRATEGIES", "ContextPolicy", "context_policy"]
+
+STRATEGIES = ("none", "drop_observations")
+
+
+@dataclass(frozen=True)
+class ContextPolicy:
+    """See the module docstring."""
+
+    strategy: Literal["none", "drop_observations"] = "none"
+    trigger_tokens: int | None = None
+    keep_last_turns: int = 1
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"context strategy must be one of {', '.join(STRATEGIES)}, not {self.strategy!r}"
+            )
+        if self.trigger_tokens is not None and self.trigger_tokens < 1:
+            raise ValueError(f"context trigger_tokens must be positive, got {self.trigger_tokens}")
+        if self.keep_last_turns < 0:
+            raise ValueError(f"context keep_last_turns must be >= 0, got {self.keep_last_turns}")
+
+    def trigger(self, max_len: int | None) -> int | None:
+        """The prompt-plus-turn size that calls for a rewrite (None: never)."""
+        if self.strategy == "none":
+            return None
+        return self.trigger_tokens if self.trigger_tokens is not None else max_len
+
+
+#: The default: no rewrite (an episode that outgrows ``max_len`` ends there).
+NO_CONTEXT_POLICY = ContextPolicy()
+
+
+def context_policy(settings: Any) -> ContextPolicy:
+    """The policy of a config's ``context`` block (any object with ``strategy``, ``trigger_tokens``
+    and ``keep_last_turns``, e.g. ``agentrl.train.config.ContextConfig``)."""
+    return ContextPolicy(settings.strategy, settings.trigger_tokens, settings.keep_last_turns)

@@ -1,0 +1,52 @@
+"""One exact training row per context segment of a long episode.
+
+An episode whose context the loop rewrote (``info["context_segments"]``, see
+``agentrl.trajectory.context``) was sampled from several prompts that are not prefixes of each
+other, so one row cannot hold it token for token. ``expand_segments`` gives one row per segment: the
+messages the model saw in that segment (earlier tool results as their stubs) rendered by the
+expander, with the loss on that segment's own sampled turns only (the earlier turns in it are the
+segment's prompt, as the model was fed them). Every row carries the episode's reward on its last
+policy token, so every segment is trained on the episode's outcome; a turn reward stays on the row of
+the segment that sampled the turn. An episode that was never rewritten is one row, ``expand``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from agentrl.tokens.arrays import TokenizedTrajectory
+from agentrl.tokens.expander import Expander
+from agentrl.trajectory import Trajectory
+from agentrl.trajectory.context import CONTEXT_SEGMENTS, segment_messages, segments
+
+__all__ = ["expand_segments", "segment_row_id"]
+
+
+def segment_row_id(trajectory_id: str, segment: int) -> str:
+    """The id of a segment's row: the trajectory's id for segment 0, ``ID#k`` for segment k."""
+    return trajectory_id if segment == 0 else f"{trajectory_id}#{segment}"
+
+
+def expand_segments(
+    expander: Expander, trajectory: Trajectory, *, reward: float | None = None
+) -> list[TokenizedTrajectory]:
+    """The rows of ``trajectory``, one per context segment, in order (see the module docstring)."""
+    segs = segments(trajectory)
+    if len(segs) == 1:
+        return [expander.expand(trajectory, reward=reward)]
+    rows = []
+    for seg in segs:
+        info = {k: v for k, v in trajectory.info.items() if k != CONTEXT_SEGMENTS}
+        if seg.index > 0:
+            info.pop("prompt_token_ids", None)  # the engine's first prompt is segment 0's
+        part = trajectory.model_copy(update={"messages": segment_messages(trajectory, seg), "info": info})
+        row = expander.expand(part, reward=reward)
+        earlier = (row.turn_ids >= 0) & (row.turn_ids < seg.first_turn)
+        if earlier.any():
+            loss = row.loss_mask.copy()
+            scores = row.token_level_scores.copy()
+            loss[earlier] = 0
+            scores[earlier] = 0.0  # an earlier turn's reward is on the row of its own segment
+            row = dataclasses.replace(row, loss_mask=loss, token_level_scores=scores)
+        rows.append(dataclasses.replace(row, trajectory_id=segment_row_id(trajectory.id, seg.index)))
+    return rows

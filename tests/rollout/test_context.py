@@ -1,0 +1,183 @@
+"""Context management of long episodes (``rollout.context``): with ``drop_observations`` the scripted
+oracle answers multi-source tasks that outgrow ``max_len`` without it; every context segment is one
+training row equal to what the model was fed and sampled, token for token; GRPO gives every segment
+of an episode the episode's advantage, grouped by episode."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.env import ResearchEnv
+from agentrl.judge import normalized_reward
+from agentrl.learn.advantages import compute_advantages
+from agentrl.learn.algorithm import AlgorithmConfig
+from agentrl.learn.batch import build_batch, row_ids
+from agentrl.policy import OraclePolicy
+from agentrl.rollout.context import ContextPolicy
+from agentrl.rollout.episode import EpisodeSpec, Generation, Limits, run_episode
+from agentrl.tokens import Expander, expand_segments
+from agentrl.trajectory.context import segments, stub_indices, stub_text, view
+from tests.tokens.fixtures import make_tokenizer_cached
+
+SUITE = str(Path(__file__).resolve().parents[2] / "examples" / "long-horizon-env")
+MAX_LEN = 2048
+NEW = 256  # the longest oracle turn (a three-company report) fits
+
+
+def _episodes(strategy: str, noise: float = 0.0, samples: int = 1):
+    """(trajectory, [(turn, prompt ids, sampled ids)]) of the oracle on every multi-source task."""
+    tok = make_tokenizer_cached("chatml")
+    exp = Expander(tok, max_len=MAX_LEN)  # as the trainer builds it
+    stop = int(tok.convert_tokens_to_ids("<|im_end|>"))
+    env = ResearchEnv({"suite": SUITE})
+    oracle = OraclePolicy(noise)
+    out = []
+
+    async def run() -> None:
+        for t in (t for t in env.tasks if t.ground_truth.get("steps")):
+            for s in range(samples):
+                fed: list[tuple[int, list[int], list[int]]] = []
+
+                async def gen(req, fed=fed):  # type: ignore[no-untyped-def]
+                    msg = await oracle.act(req.messages, req.context())
+                    ids = [*tok.encode(msg.text, add_special_tokens=False), stop][: req.max_tokens]
+                    fed.append((req.turn, list(req.prompt_ids), ids))
+                    return Generation(ids, [-0.01 * (i + 1) for i in range(len(ids))])
+
+                limits = Limits(max_new_tokens=NEW, max_len=MAX_LEN, context=ContextPolicy(strategy))
+                res = await run_episode(
+                    env, EpisodeSpec(f"{t.id}/{s}", t, s), gen, expander=exp, limits=limits
+                )
+                out.append((res, fed))
+
+    asyncio.run(run())
+    return exp, out
+
+
+@pytest.fixture(scope="module")
+def dropped():
+    return _episodes("drop_observations")
+
+
+def test_without_context_management_the_long_tasks_are_cut_and_with_it_answered(dropped):
+    _, plain = _episodes("none")
+    assert all(res.stop_reason == "max_len" and normalized_reward(res.trajectory) == 0.0 for res, _ in plain)
+    _, episodes = dropped
+    assert all(normalized_reward(res.trajectory) >= 0.999 for res, _ in episodes)
+    assert all(len(p) + NEW <= MAX_LEN for _, fed in episodes for _, p, _ in fed)  # every call fits
+    assert max(len(segments(res.trajectory)) for res, _ in episodes) >= 3
+
+
+def test_every_segments_row_is_what_the_model_was_fed_and_sampled(dropped):
+    exp, episodes = dropped
+    for res, fed in episodes:
+        traj = res.trajectory
+        segs = segments(traj)
+        rows = expand_segments(exp, traj, reward=1.0)
+        assert len(rows) == len(segs) and len(segs) > 1
+        trained = 0
+        for turn, prompt, sampled in fed:
+            k = max(s.index for s in segs if s.first_turn <= turn)
+            ids, loss = rows[k].input_ids.tolist(), rows[k].loss_mask.tolist()
+            n = len(prompt)
+            assert ids[:n] == prompt, (traj.id, turn, k)
+            assert ids[n : n + len(sampled)] == sampled
+            assert loss[n : n + len(sampled)] == [1] * len(sampled)
+            trained += len(sampled)
+        assert sum(int(r.loss_mask.sum()) for r in rows) == trained  # each turn trained once
+        for r in rows:  # the episode's reward on each row's last policy token
+            last = max(i for i, m in enumerate(r.loss_mask) if m)
+            assert r.token_level_scores[last] == 1.0 and r.token_level_scores.sum() == 1.0
+        assert [r.trajectory_id for r in rows] == [traj.id] + [f"{traj.id}#{k}" for k in range(1, len(rows))]
+
+
+def test_grpo_gives_every_segment_its_episodes_advantage_grouped_by_episode():
+    exp, episodes = _episodes("drop_observations", noise=0.5, samples=2)
+    trajs = [res.trajectory for res, _ in episodes]
+    keep, batch, _ = build_batch(trajs, exp, normalize=True, pad_id=0, device=torch.device("cpu"))
+    assert len(keep) > len(trajs) and "episode" in batch
+    group_ids = [t.task_id for t in keep]
+    compute_advantages(batch, AlgorithmConfig(name="grpo"), group_ids)
+    adv, mask, episode = batch["advantages"], batch["loss_mask"].bool(), batch["episode"].tolist()
+    per_row = [float(adv[i][mask[i]][0]) for i in range(len(keep))]
+    for i in range(len(keep)):
+        assert torch.allclose(adv[i][mask[i]], torch.tensor(per_row[i]))
+        assert per_row[i] == per_row[episode.index(episode[i])]  # every segment: the episode's value
+    # the same as GRPO over the episodes themselves, one score each
+    from agentrl.algos import grpo_advantages
+
+    scores = torch.tensor([normalized_reward(t) for t in trajs])
+    want = grpo_advantages(scores, [t.task_id for t in trajs], torch.ones(len(trajs), 1))[:, 0]
+    got = [per_row[episode.index(e)] for e in range(len(trajs))]
+    assert torch.allclose(torch.tensor(got), want, atol=1e-6)
+    assert len(set(row_ids(keep, batch))) == len(keep)
+
+
+def test_the_stub_is_one_line_and_only_older_results_are_stubbed(dropped):
+    _, episodes = dropped
+    traj = max((res.trajectory for res, _ in episodes), key=lambda t: len(segments(t)))
+    msgs = traj.messages
+    for seg in segments(traj)[1:]:
+        assistants = [i for i, m in enumerate(msgs) if m.role == "assistant"]
+        assert all(msgs[i].role == "tool" and i < assistants[seg.first_turn - 1] for i in seg.stubbed)
+    page = next(m for m in msgs if m.role == "tool" and m.text.startswith("Title:"))
+    line = stub_text(page)
+    assert "\n" not in line and "url: https://" in line and len(line) < len(page.text)
+    assert view(msgs, frozenset())[3] is msgs[3]
+    assert stub_indices(msgs[:6], 1) == {i for i in range(4) if msgs[i].role == "tool"}
+    assert stub_indices(msgs[:6], 0) == {i for i in range(6) if msgs[i].role == "tool"}
+    assert stub_indices(msgs[:6], 9) == frozenset()
+
+
+def test_a_context_policy_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="strategy"):
+        ContextPolicy("summarise")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="keep_last_turns"):
+        ContextPolicy("drop_observations", keep_last_turns=-1)
+    assert ContextPolicy().trigger(100) is None and ContextPolicy("drop_observations").trigger(100) == 100
+    assert ContextPolicy("drop_observations", trigger_tokens=50).trigger(100) == 50
+
+
+def test_replay_rebuilds_the_segment_rows_the_trainer_builds(dropped, tmp_path):
+    """``agentrl replay --tensors`` on segmented trajectories: the trainer's batch (a row per segment,
+    GRPO by episode), byte-identical between two replays."""
+    from agentrl.cli import main
+    from agentrl.replay import rebuild_batch, resolve_settings
+    from agentrl.trajectory import write_trajectories
+
+    exp, episodes = dropped
+    trajs = [res.trajectory for res, _ in episodes]
+    for t in trajs:
+        t.info["sample"] = 0
+    from agentrl.train.config import TrainConfig
+
+    rebuilt = rebuild_batch(trajs, exp, resolve_settings(TrainConfig()), pad_id=0)
+    keep, want, _ = build_batch(trajs, exp, normalize=True, pad_id=0, device=torch.device("cpu"))
+    compute_advantages(want, AlgorithmConfig(), [t.task_id for t in keep])
+    for k, v in want.items():
+        assert torch.equal(rebuilt.batch[k], v), k
+    assert rebuilt.batch["trajectory_index"].tolist() == want["episode"].tolist()
+    path = tmp_path / "traj.jsonl"
+    write_trajectories(path, trajs)
+    tok_dir = tmp_path / "tok"
+    exp.tokenizer.save_pretrained(tok_dir)
+    outs = []
+    for name in ("a.pt", "b.pt"):
+        argv = [
+            "replay",
+            str(path),
+            "--tokenizer",
+            str(tok_dir),
+            "--tensors",
+            str(tmp_path / name),
+            "--max-len",
+            str(MAX_LEN),
+        ]
+        assert main(argv) == 0
+        outs.append((tmp_path / name).read_bytes())
+    assert outs[0] == outs[1]
+    assert torch.equal(torch.load(tmp_path / "a.pt")["input_ids"], rebuilt.batch["input_ids"])
