@@ -32,6 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--index", type=int, default=0, metavar="I", help="which trajectory of the file (default 0)"
     )
     p.add_argument(
+        "--segment",
+        type=int,
+        metavar="K",
+        help="a trajectory whose context was rewritten: which context segment's row (0-based; "
+        "default: the last, where the answer is)",
+    )
+    p.add_argument(
         "--run", metavar="RUN_DIR", help="a training run: its tokenizer, config and stored numbers"
     )
     p.add_argument("--critic", metavar="PATH", help="a PPO checkpoint whose critic gives the values")
@@ -130,11 +137,22 @@ def _explain_stored(args: argparse.Namespace):
     if index not in rebuilt.index:
         notes.append("not trained: no policy token (training leaves it out)")
         return explain_trajectory(traj, notes=notes, **common)
-    pos = rebuilt.index.index(index)
-    row = expander.expand(traj, reward=reward)
-    entry = stats.get(traj.id) if stats is not None and critic is None else None
+    from agentrl.errors import ConfigError
+    from agentrl.tokens import expand_segments, segment_row_id
+
+    rows = expand_segments(expander, traj, reward=reward)  # one per context segment (most: one)
+    k = len(rows) - 1 if args.segment is None else args.segment
+    if not 0 <= k < len(rows):
+        raise ConfigError(f"--segment {k}: trajectory {traj.id!r} has {len(rows)} context segment(s)")
+    if len(rows) > 1:
+        notes.append(
+            f"context segment {k} of 0..{len(rows) - 1} (the context was rewritten; each segment is its "
+            "own training row, its earlier turns masked as its prompt; --segment K shows another)"
+        )
+    pos, row, rid = rebuilt.index.index(index) + k, rows[k], segment_row_id(traj.id, k)
+    entry = stats.get(rid) if stats is not None and critic is None else None
     if stats is not None and critic is None and entry is None:
-        notes.append(f"the run kept no numbers for {traj.id!r} at step {step}; recomputed")
+        notes.append(f"the run kept no numbers for {rid!r} at step {step}; recomputed")
     numbers, gap = row_numbers(rebuilt, pos, len(row), entry)
     source = "recomputed by replay"
     values_from = {"stored": "stored run", "critic": f"critic {args.critic}", "zero": "zero"}[

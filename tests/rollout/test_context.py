@@ -181,3 +181,34 @@ def test_replay_rebuilds_the_segment_rows_the_trainer_builds(dropped, tmp_path):
         outs.append((tmp_path / name).read_bytes())
     assert outs[0] == outs[1]
     assert torch.equal(torch.load(tmp_path / "a.pt")["input_ids"], rebuilt.batch["input_ids"])
+
+
+def test_explain_and_the_report_show_a_segment_row(dropped, tmp_path, capsys):
+    """``agentrl explain --segment K`` (default: the last) and the report's token view show one
+    segment's row, said to be one; an out-of-range segment is a one-line error."""
+    import json
+
+    from agentrl.cli import main
+    from agentrl.explain.report.tokens import TokenSource
+    from agentrl.trajectory import write_trajectories
+
+    exp, episodes = dropped
+    traj = max((res.trajectory for res, _ in episodes), key=lambda t: len(segments(t)))
+    n = len(segments(traj))
+    rows = expand_segments(exp, traj)
+    path, tok_dir = tmp_path / "t.jsonl", tmp_path / "run" / "tokenizer"
+    write_trajectories(path, [traj])
+    exp.tokenizer.save_pretrained(tok_dir)
+    base = ["explain", str(path), "--tokenizer", str(tok_dir), "--max-len", str(MAX_LEN), "--format", "json"]
+    for k in (None, 0):
+        assert main(base + ([] if k is None else ["--segment", str(k)])) == 0
+        out = json.loads(capsys.readouterr().out)
+        want = rows[-1 if k is None else k]
+        assert any("context segment" in note for note in out["notes"])
+        policy = [i for i, m in enumerate(want.loss_mask.tolist()) if m]
+        assert [t["t"] for t in out["tokens"]] == policy and out["reward_token"] == policy[-1], k
+    assert main([*base, "--segment", str(n)]) != 0
+    assert f"has {n} context segment(s)" in capsys.readouterr().err
+    row, why = TokenSource(tmp_path / "run", {}).row(traj, 1)
+    assert why is None and row is not None and row.ids.tolist() == rows[-1].input_ids.tolist()
+    assert row.note is not None and row.note.startswith(f"context segment {n} of {n}")

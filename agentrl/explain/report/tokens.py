@@ -17,7 +17,9 @@ import numpy as np
 
 from agentrl.errors import AgentRLError
 from agentrl.rundir import RunDir, read_token_stats
+from agentrl.tokens.segments import expand_segments, segment_row_id
 from agentrl.trajectory import Trajectory
+from agentrl.trajectory.context import segments
 
 __all__ = ["TokenRow", "TokenSource", "decode_tokens", "token_row"]
 
@@ -112,9 +114,23 @@ class TokenSource:
         if expander is None:
             return None, self.problem
         stats = self._step_stats(step)
-        entry = None if stats is None else stats.get(traj.id)
         try:
-            return token_row(expander, traj, entry, missing=self._why_missing(stats)), None
+            parts = segments(traj)
+            if len(parts) == 1:
+                entry = None if stats is None else stats.get(traj.id)
+                return token_row(expander, traj, entry, missing=self._why_missing(stats)), None
+            # a rewritten context: the last segment's row (the answer, and the context it was written in)
+            rows = expand_segments(expander, traj)
+            last = parts[-1]
+            entry = None if stats is None else stats.get(segment_row_id(traj.id, last.index))
+            out = token_row(expander, traj, entry, missing=self._why_missing(stats), row=rows[-1])
+            about = (
+                f"context segment {last.index + 1} of {len(parts)} (from turn {last.first_turn + 1}; "
+                f"{len(last.stubbed)} earlier tool results shown as stubs, the earlier turns are its "
+                "prompt; each segment trains as its own row)"
+            )
+            out.note = about if out.note is None else f"{about}. {out.note}"
+            return out, None
         except (AgentRLError, ValueError) as e:  # a template that cannot render this trajectory
             return None, f"the trajectory cannot be expanded with this tokenizer: {e}"
 
@@ -127,12 +143,17 @@ class TokenSource:
 
 
 def token_row(
-    expander: Any, traj: Trajectory, entry: dict[str, np.ndarray] | None, missing: str = ""
+    expander: Any,
+    traj: Trajectory,
+    entry: dict[str, np.ndarray] | None,
+    missing: str = "",
+    row: Any = None,
 ) -> TokenRow:
-    """Expand ``traj`` and place ``entry`` (``positions`` int64 [n] and float32 [n] arrays, as from
-    ``read_token_stats``) on its row. When ``entry`` is None, or its positions are not loss-masked
-    tokens of the row (another tokenizer or template), the row has no values and a ``note``."""
-    row = expander.expand(traj)
+    """Expand ``traj`` (or take its ``row``: one context segment's) and place ``entry`` (``positions``
+    int64 [n] and float32 [n] arrays, as from ``read_token_stats``) on it. When ``entry`` is None, or
+    its positions are not loss-masked tokens of the row (another tokenizer or template), the row has
+    no values and a ``note``."""
+    row = expander.expand(traj) if row is None else row
     ids = row.input_ids.tolist()
     out = TokenRow(
         ids=row.input_ids,
