@@ -141,15 +141,19 @@ def _explain_stored(args: argparse.Namespace):
     from agentrl.tokens import expand_segments, segment_row_id
 
     rows = expand_segments(expander, traj, reward=reward)  # one per context segment (most: one)
-    k = len(rows) - 1 if args.segment is None else args.segment
+    trained = [i for i, r in enumerate(rows) if r.loss_mask.any()]  # as build_batch keeps them
+    k = trained[-1] if args.segment is None else args.segment
     if not 0 <= k < len(rows):
         raise ConfigError(f"--segment {k}: trajectory {traj.id!r} has {len(rows)} context segment(s)")
+    if k not in trained:
+        raise ConfigError(f"--segment {k}: that context segment sampled no token, so it has no training row")
     if len(rows) > 1:
         notes.append(
             f"context segment {k} of 0..{len(rows) - 1} (the context was rewritten; each segment is its "
             "own training row, its earlier turns masked as its prompt; --segment K shows another)"
         )
-    pos, row, rid = rebuilt.index.index(index) + k, rows[k], segment_row_id(traj.id, k)
+    pos = rebuilt.index.index(index) + trained.index(k)
+    row, rid = rows[k], segment_row_id(traj.id, k)
     entry = stats.get(rid) if stats is not None and critic is None else None
     if stats is not None and critic is None and entry is None:
         notes.append(f"the run kept no numbers for {rid!r} at step {step}; recomputed")

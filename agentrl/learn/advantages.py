@@ -41,21 +41,28 @@ def _per_episode(
     estimator: Callable[[torch.Tensor, Sequence[Hashable] | torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> torch.Tensor:
     """A group estimator (GRPO, RLOO) over episodes, not rows: an episode whose context was rewritten
-    has a row per segment (``batch["episode"]``), each with the episode's outcome; the group sees the
-    episode once, scored by its last segment's row, and every row of the episode gets its advantage."""
+    has a row per segment (``batch["episode"]``), each ending in the episode's outcome
+    (``batch["outcome"]``); the group sees the episode once, scored by the sum of its rows' rewards
+    with the outcome counted once (so a KL penalty, overlong shaping or turn rewards of every
+    segment count), and every row of the episode gets its advantage."""
     if "episode" not in batch:
         return estimator(scores, group_ids, mask)
     episode = batch["episode"].tolist()
-    last: dict[int, int] = {}
-    for i, e in enumerate(episode):
-        last[e] = i  # rows of an episode are in segment order: the last is the final segment
-    firsts = sorted(last.values())
+    order = list(dict.fromkeys(episode))  # episodes in the order of their first row
+    where = {e: k for k, e in enumerate(order)}
+    idx = torch.tensor([where[e] for e in episode], device=scores.device)
+    total = torch.zeros(len(order), dtype=scores.dtype, device=scores.device).index_add_(0, idx, scores)
+    rows = torch.zeros(len(order), dtype=scores.dtype, device=scores.device).index_add_(
+        0, idx, torch.ones_like(scores)
+    )
+    outcome = torch.zeros(len(order), dtype=scores.dtype, device=scores.device)
+    outcome[idx] = batch["outcome"].to(scores.dtype)
+    per_score = total - (rows - 1) * outcome
+    first = [episode.index(e) for e in order]
     groups = group_ids.tolist() if isinstance(group_ids, torch.Tensor) else list(group_ids)
-    one = torch.ones(len(firsts), 1, dtype=mask.dtype, device=mask.device)
-    per_episode = estimator(scores[firsts], [groups[i] for i in firsts], one)[:, 0]
-    where = {e: k for k, e in enumerate(episode[i] for i in firsts)}
-    row_adv = per_episode[torch.tensor([where[e] for e in episode], device=mask.device)]
-    return row_adv[:, None] * mask.to(row_adv.dtype)
+    one = torch.ones(len(order), 1, dtype=mask.dtype, device=mask.device)
+    per_episode = estimator(per_score, [groups[i] for i in first], one)[:, 0]
+    return per_episode[idx][:, None] * mask.to(per_episode.dtype)
 
 
 def compute_advantages(

@@ -27,7 +27,7 @@ def build_batch(
 ) -> tuple[list[Trajectory], dict[str, torch.Tensor], dict[str, float]]:
     """The trainable trajectories (one per row: an episode whose context was rewritten has a row per
     context segment, ``expand_segments``, and then ``episode`` [B] and ``segment`` [B] say which
-    episode and segment each row is), their collated rows (plus ``known_logprobs``, 1 where the
+    episode and segment each row is, and ``outcome`` [B] the episode's reward each row carries), their collated rows (plus ``known_logprobs``, 1 where the
     sampler's log-prob is known, and ``truncated`` [B], 1 for an episode ``is_truncated``) and drop counts. The scores are the expander's, untouched: the reward
     (``training_reward``: normalised when ``normalize``) on the last policy token, plus the
     trajectory's ``info["turn_rewards"]`` on each turn's last policy token."""
@@ -35,20 +35,26 @@ def build_batch(
     episodes: list[Trajectory] = []
     episode: list[int] = []  # the row's episode (its index among the kept trajectories)
     segment: list[int] = []  # the row's context segment within its episode
+    outcome: list[float] = []  # the episode's reward, on the last policy token of each of its rows
     for t in trajs:
         reward = training_reward(t, normalize)
         if reward is None:
             dropped_judge += 1
             continue
-        parts = [r for r in expand_segments(expander, t, reward=reward) if r.loss_mask.any()]
+        # one row per context segment (one for most episodes); a segment that sampled nothing (the
+        # loop rewrote the context, then stopped at max_len) has no row, and the others keep their index
+        parts = [
+            (k, r) for k, r in enumerate(expand_segments(expander, t, reward=reward)) if r.loss_mask.any()
+        ]
         if not parts:
             dropped_empty += 1
             continue
-        for k, row in enumerate(parts):  # one row per context segment (one for most episodes)
+        for k, row in parts:
             keep.append(t)
             rows.append(row)
             episode.append(len(episodes))
             segment.append(k)
+            outcome.append(float(reward))
         episodes.append(t)
     stats = {
         "train/dropped_judge_error": float(dropped_judge),
@@ -65,6 +71,7 @@ def build_batch(
     if len(episodes) < len(rows):  # an episode with a rewritten context: its rows share one outcome
         batch["episode"] = torch.tensor(episode, dtype=torch.int64, device=device)
         batch["segment"] = torch.tensor(segment, dtype=torch.int64, device=device)
+        batch["outcome"] = torch.tensor(outcome, dtype=torch.float32, device=device)
     return keep, batch, stats
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any, Literal
 
 from agentrl.policy.base import EpisodeContext
@@ -82,10 +83,15 @@ class OraclePolicy:
         if k < len(steps):
             listed = results[2 * k] if 2 * k < len(results) else ""
             return self._call("open_url", {"url": self._step_source(steps[k], k, listed, ctx)["url"]}, turn)
+        # the pages it opened, read off its own calls (a rewritten context shows old results as stubs)
+        opened = _opened_urls(messages)
         report = ctx.ground_truth["report"]
         for j, step in enumerate(steps):
-            listed = results[2 * j] if 2 * j < len(results) else ""
-            src = self._step_source(step, j, listed, ctx)
+            url = opened[j] if j < len(opened) else step["official"]["url"]
+            src = next(
+                (c for c in [step["official"], *step.get("distractors", [])] if c.get("url") == url),
+                step["official"],
+            )
             report = report.replace(f"<FIGURE{j + 1}>", src["figure"]).replace(f"<URL{j + 1}>", src["url"])
         return self._call("answer", {"report": report}, turn)
 
@@ -110,3 +116,30 @@ class OraclePolicy:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+def _opened_urls(messages: list[Message]) -> list[str]:
+    """The URLs of the ``open_url`` calls in the assistant turns, in order (OpenAI ``tool_calls`` or
+    Hermes ``<tool_call>`` text)."""
+    urls: list[str] = []
+    for m in messages:
+        if m.role != "assistant":
+            continue
+        calls: list[tuple[str, Any]] = []
+        for c in m.tool_calls or []:
+            try:
+                calls.append((c.function.name, c.function.parsed_arguments()))
+            except ValueError:
+                continue
+        if not calls:
+            for raw in _TOOL_CALL.findall(m.text):
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    continue
+                calls.append((body.get("name", ""), body.get("arguments")))
+        urls += [str(a.get("url", "")) for name, a in calls if name == "open_url" and isinstance(a, dict)]
+    return urls

@@ -34,14 +34,17 @@ class ContextPolicy:
             )
         if self.trigger_tokens is not None and self.trigger_tokens < 1:
             raise ValueError(f"context trigger_tokens must be positive, got {self.trigger_tokens}")
-        if self.keep_last_turns < 0:
-            raise ValueError(f"context keep_last_turns must be >= 0, got {self.keep_last_turns}")
+        if self.keep_last_turns < 1:  # 0 would stub the result the next turn is about to act on
+            raise ValueError(f"context keep_last_turns must be >= 1, got {self.keep_last_turns}")
 
     def trigger(self, max_len: int | None) -> int | None:
-        """The prompt-plus-turn size that calls for a rewrite (None: never)."""
+        """The prompt-plus-turn size that calls for a rewrite (None: never); never above ``max_len``,
+        where the episode would end instead."""
         if self.strategy == "none":
             return None
-        return self.trigger_tokens if self.trigger_tokens is not None else max_len
+        if self.trigger_tokens is None:
+            return max_len
+        return self.trigger_tokens if max_len is None else min(self.trigger_tokens, max_len)
 
 
 #: The default: no rewrite (an episode that outgrows ``max_len`` ends there).

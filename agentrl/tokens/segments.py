@@ -39,6 +39,8 @@ def expand_segments(
         info = {k: v for k, v in trajectory.info.items() if k != CONTEXT_SEGMENTS}
         if seg.index > 0:
             info.pop("prompt_token_ids", None)  # the engine's first prompt is segment 0's
+        if isinstance(info.get("turn_rewards"), list) and seg.end_turn is not None:
+            info["turn_rewards"] = info["turn_rewards"][: seg.end_turn]  # the turns this view holds
         part = trajectory.model_copy(update={"messages": segment_messages(trajectory, seg), "info": info})
         row = expander.expand(part, reward=reward)
         earlier = (row.turn_ids >= 0) & (row.turn_ids < seg.first_turn)

@@ -94,7 +94,7 @@ class ContextConfig(_Strict):
         description="rewrite when a prompt plus max_new_tokens would pass this (default: max_len)",
     )
     keep_last_turns: int = Field(
-        1, ge=0, description="the tool results of the last N assistant turns stay whole"
+        1, ge=1, description="the tool results of the last N assistant turns stay whole"
     )
 
 

@@ -109,12 +109,24 @@ def test_a_figure_read_in_a_search_snippet_only_does_not_pay_where_the_page_must
     assert row.rewards and max(row.rewards) == 0.0 and not row.passed
 
 
-@pytest.mark.parametrize(("pct", "text", "hit"), [
-    (6.5, "a change of +6.5%", True), (6.5, "grew 6.4 percent", True), (6.5, "6.6 per cent", True),
-    (6.5, "up 6.7%", False), (-3.2, "fell 3.2%", True), (-3.2, "-3.2%", True), (6.5, "16.5%", False),
-    (6.5, "6.50%", False),
-])  # fmt: skip
-def test_the_change_is_read_to_one_decimal_give_or_take_rounding(pct, text, hit):
+@pytest.mark.parametrize(
+    ("pct", "text", "hit"),
+    [
+        (6.5, "a change of +6.5%", True),
+        (6.5, "revenue grew 6.4 percent", True),
+        (6.5, "up 6.6 per cent", True),
+        (6.5, "6.5%", False),  # no direction
+        (6.5, "it fell 6.5%", False),  # the wrong direction
+        (6.5, "up 6.7%", False),
+        (-3.2, "fell 3.2%", True),
+        (-3.2, "a change of -3.2%", True),
+        (-3.2, "grew 3.2%", False),
+        (6.5, "up 16.5%", False),
+        (6.5, "+6.50%", False),
+        (0.0, "flat at 0.0%", True),
+    ],
+)
+def test_the_change_is_read_to_one_decimal_with_its_direction(pct, text, hit):
     import re
 
     assert bool(re.search(percent_re(pct), text)) is hit
@@ -150,3 +162,27 @@ def test_processes_that_build_the_same_sandbox_at_once_all_get_it_whole(tmp_path
     (where,) = {out.strip() for out, _ in outs}
     assert os.listdir(tmp_path / "sandbox") == [Path(where).name]
     assert len(_tasks(Path(where))) > 0
+
+
+def test_the_derived_criteria_read_the_conclusion_where_it_is_written(world):
+    """The leader must be the subject of "highest" (no other company or negation between them);
+    "not yet" must be said of the next quarter, in its sentence."""
+    import re
+
+    def pattern(task: dict, cid: str) -> str:
+        return next(c["grader"]["pattern"] for c in task["rubric"]["criteria"] if c["id"] == cid)
+
+    for t in (t for t in _multi(world) if t["family"] == "compare"):
+        names = [s["query"].split("'")[0] for s in t["ground_truth"]["steps"]]
+        winner = re.search(r"\. (.+) reported the highest revenue\.$", t["ground_truth"]["report"]).group(1)
+        loser = next(n for n in names if n != winner)
+        lead = pattern(t, "leader")
+        assert re.search(lead, f"{winner} reported the highest revenue.")
+        assert not re.search(lead, f"{loser} had the highest revenue, ahead of {winner}.")
+        assert not re.search(lead, f"{winner} did not report the highest revenue.")
+        assert not re.search(lead, f"{', '.join(names)}: one of these reported the highest revenue.")
+    for t in (t for t in _multi(world) if t["family"] == "year_so_far"):
+        nxt = re.search(r"(Q\d \d{4}) results are not published yet", t["ground_truth"]["report"]).group(1)
+        not_yet = pattern(t, "not_yet")
+        assert re.search(not_yet, f"{nxt} results are not published yet.")
+        assert not re.search(not_yet, f"Revenue in {nxt} was strong. Other data is not available yet.")

@@ -137,9 +137,10 @@ def test_a_context_policy_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="strategy"):
         ContextPolicy("summarise")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="keep_last_turns"):
-        ContextPolicy("drop_observations", keep_last_turns=-1)
+        ContextPolicy("drop_observations", keep_last_turns=0)
     assert ContextPolicy().trigger(100) is None and ContextPolicy("drop_observations").trigger(100) == 100
     assert ContextPolicy("drop_observations", trigger_tokens=50).trigger(100) == 50
+    assert ContextPolicy("drop_observations", trigger_tokens=500).trigger(100) == 100
 
 
 def test_replay_rebuilds_the_segment_rows_the_trainer_builds(dropped, tmp_path):
@@ -212,3 +213,80 @@ def test_explain_and_the_report_show_a_segment_row(dropped, tmp_path, capsys):
     row, why = TokenSource(tmp_path / "run", {}).row(traj, 1)
     assert why is None and row is not None and row.ids.tolist() == rows[-1].input_ids.tolist()
     assert row.note is not None and row.note.startswith(f"context segment {n} of {n}")
+
+
+def test_turn_rewards_stay_on_the_row_of_the_segment_that_sampled_the_turn(dropped):
+    exp, episodes = dropped
+    traj = max((res.trajectory for res, _ in episodes), key=lambda t: len(segments(t))).model_copy(deep=True)
+    turns = sum(1 for m in traj.messages if m.role == "assistant")
+    traj.info["turn_rewards"] = [0.01 * (t + 1) for t in range(turns)]
+    rows = expand_segments(exp, traj, reward=1.0)
+    for seg, row in zip(segments(traj), rows, strict=True):
+        own = sorted({int(t) for t, m in zip(row.turn_ids, row.loss_mask, strict=True) if m})
+        assert own == list(range(seg.first_turn, own[-1] + 1))
+        for t in range(own[-1] + 1):
+            got = float(row.token_level_scores[row.turn_ids == t].sum())
+            want = 0.0 if t < seg.first_turn else traj.info["turn_rewards"][t] + (t == own[-1])
+            assert got == pytest.approx(want), (seg.index, t)
+    total = sum(float(r.token_level_scores.sum()) for r in rows)
+    assert total == pytest.approx(len(rows) + sum(traj.info["turn_rewards"]))  # each turn's reward once
+
+
+def test_a_group_scores_an_episode_once_with_every_segments_shaping():
+    """The episode score GRPO sees: the sum of its rows' rewards, the outcome counted once."""
+    from agentrl.learn.advantages import _per_episode
+
+    mask = torch.ones(3, 2)
+    batch = {"episode": torch.tensor([0, 0, 1]), "outcome": torch.tensor([1.0, 1.0, 0.5])}
+    scores = torch.tensor([1.0 - 0.25, 1.0 - 0.5, 0.5 - 0.1])  # outcome + a shaping term, per row
+    seen = {}
+
+    def estimator(sc, groups, m):  # type: ignore[no-untyped-def]
+        seen["scores"], seen["groups"] = sc.tolist(), list(groups)
+        return sc[:, None] * m
+
+    adv = _per_episode(batch, scores, ["a", "a", "b"], mask, estimator)
+    assert seen == {"scores": pytest.approx([1.0 - 0.75, 0.4]), "groups": ["a", "b"]}
+    assert adv[:, 0].tolist() == pytest.approx([0.25, 0.25, 0.4])
+
+
+def test_a_last_segment_that_sampled_nothing_has_no_row_and_explain_skips_it(dropped, tmp_path, capsys):
+    import json
+
+    from agentrl.cli import main
+    from agentrl.trajectory import write_trajectories
+
+    exp, episodes = dropped
+    traj = max((res.trajectory for res, _ in episodes), key=lambda t: len(segments(t))).model_copy(deep=True)
+    turns = sum(1 for m in traj.messages if m.role == "assistant")
+    last = traj.info["context_segments"][-1]
+    traj.info["context_segments"].append({**last, "turn": turns})  # rewritten, then nothing sampled
+    n = len(segments(traj))
+    rows = expand_segments(exp, traj, reward=1.0)
+    assert not rows[-1].loss_mask.any()
+    keep, batch, _ = build_batch([traj], exp, normalize=True, pad_id=0, device=torch.device("cpu"))
+    assert batch["segment"].tolist() == list(range(n - 1)) and len(keep) == n - 1
+    path, tok_dir = tmp_path / "t.jsonl", tmp_path / "tok"
+    write_trajectories(path, [traj])
+    exp.tokenizer.save_pretrained(tok_dir)
+    base = ["explain", str(path), "--tokenizer", str(tok_dir), "--max-len", str(MAX_LEN), "--format", "json"]
+    assert main(base) == 0
+    policy = [i for i, m in enumerate(rows[-2].loss_mask.tolist()) if m]
+    assert json.loads(capsys.readouterr().out)["reward_token"] == policy[-1]
+    assert main([*base, "--segment", str(n - 1)]) != 0
+    assert "sampled no token" in capsys.readouterr().err
+
+
+def test_a_noisy_oracle_cites_only_pages_it_opened_after_a_rewrite():
+    import re
+
+    from agentrl.judge.evidence import evidence_of, normalize_url
+
+    _, episodes = _episodes("drop_observations", noise=1.0)
+    assert any(len(segments(res.trajectory)) > 1 for res, _ in episodes)
+    for res, _ in episodes:
+        traj = res.trajectory
+        opened = {u for p in evidence_of(traj).pages for u in p.urls}
+        report = traj.messages[-2].text if traj.messages[-1].role == "tool" else traj.messages[-1].text
+        cited = {normalize_url(u) for u in re.findall(r"\\cite\{([^}]+)\}", report)}
+        assert cited and cited <= opened, (traj.id, cited - opened)

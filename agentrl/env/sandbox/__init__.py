@@ -147,7 +147,10 @@ def materialize(seed: int = 0, companies: int = 50, heldout: int = 0, long_horiz
     """The directory of the sandbox for ``(seed, companies, heldout, long_horizon)``, built into the
     cache on first use."""
     name = f"v{GENERATOR_VERSION}-seed{seed}-c{companies}" + (f"-h{heldout}" if heldout else "")
-    name += "-long" if long_horizon else ""
+    if long_horizon:
+        from agentrl.env.sandbox.multi import MULTI_VERSION
+
+        name += f"-long{MULTI_VERSION}"
     out = cache_root() / "sandbox" / name
     if (out / "tasks.jsonl").exists():
         return out

@@ -15,8 +15,12 @@ No reward without reading every source: each asked figure is a ``figure`` criter
 criterion (``cited_source``: every ``\cite{}`` names an opened page that prints the figures it is
 attached to) and the criterion derived from the figures (the change, the leader, "not yet") each
 require every figure. Stating an analyst's prediction or a rumour for an asked quarter is a
-negative criterion. The figures share 1.0, the derived criterion is 1.0 and the citation 0.5, so
-the best report scores 2.5, as on the single-source families.
+negative criterion. The figures share 0.2, the derived criterion is 1.3 and the citation 1.0, so the
+best report scores 2.5, as on the single-source families, and reading only some of the sources
+earns at most a figure's share (0.1 of 2.5: normalised 0.04). The derived criteria read the
+conclusion where it is written: the change with its direction (a sign, or "up"/"down" and their
+kin, before the number), the leader as the subject of "highest" with no other company or negation
+between them, and "not yet" in the sentence that names the next quarter.
 
 The ground truth holds ``steps``: one search query and official source per figure, in the order the
 report gives them, and a report template with ``<FIGURE1>``, ``<URL1>``, ... that the scripted
@@ -34,9 +38,11 @@ from agentrl.env.sandbox.pages import source_ids
 from agentrl.env.sandbox.tasks import MAX_SCORE, NOT_YET, fig_re, figure_grader, official, quarter_distractors
 from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
-__all__ = ["FAMILIES", "make_multi_tasks", "percent_re"]
+__all__ = ["FAMILIES", "MULTI_VERSION", "make_multi_tasks", "percent_re"]
 
 FAMILIES = ("growth", "compare", "year_so_far")
+#: Bumped whenever the multi-source tasks a seed gives change (the sandbox cache keys on it).
+MULTI_VERSION = 1
 _TRIES = 8
 
 
@@ -46,12 +52,23 @@ def _billions(figure: str) -> float:
     return float(value) * (1000.0 if unit == "trillion" else 1.0)
 
 
+_UP = r"(?:\+\s?|\b(?:up|grew|grow(?:n|s|th)?|increas(?:e[ds]?|ing)|r[io]se|rising|higher|gain(?:ed|s)?)\b[^.%]{0,40}?)"
+_DOWN = (
+    r"(?:[-\u2212]\s?|\b(?:down|fell|fall(?:en|s|ing)?|declin(?:e[ds]?|ing)|decreas(?:e[ds]?|ing)|"
+    r"dropp?(?:ed|s)?|lower|shr[au]nk|los[st])\b[^.%]{0,40}?)"
+)
+
+
 def percent_re(pct: float) -> str:
-    """A regex for ``pct`` percent written to one decimal, give or take 0.1 (rounding), with or
-    without a sign (``-3.2%``, ``3.2 percent``, ``fell 3.2%``)."""
+    """A regex for a change of ``pct`` percent written to one decimal, give or take 0.1 (rounding),
+    with its direction before the number: a sign (``+6.5%``, ``-3.2%``) or a word (``grew 6.5
+    percent``, ``fell 3.2%``). A change that rounds to 0.0 needs no direction."""
     near = sorted({f"{abs(round(pct + d, 1)):.1f}" for d in (-0.1, 0.0, 0.1)})
     alts = "|".join(re.escape(x) for x in near)
-    return rf"(?<![\d.])(?:{alts})\s?(?:%|percent\b|per\s+cent\b)"
+    number = rf"(?<![\d.])(?:{alts})\s?(?:%|percent\b|per\s+cent\b)"
+    if round(pct, 1) == 0.0:
+        return number
+    return (_UP if pct > 0 else _DOWN) + number
 
 
 def _step(c: Company, qt: Quarter, figure: str, query: str, pages: dict, metric: str) -> dict[str, Any]:
@@ -70,7 +87,7 @@ def _rubric(
 ) -> dict[str, Any]:
     """``figures``: (figure, what it is); ``derived``: (id, text, regex) of the criterion derived
     from them."""
-    share = 1.0 / len(figures)
+    share = 0.2 / len(figures)
     ids = [f"figure_{k + 1}" for k in range(len(figures))]
     crit: list[dict[str, Any]] = [
         {
@@ -82,13 +99,13 @@ def _rubric(
         for cid, (fig, what) in zip(ids, figures, strict=True)
     ]
     did, dtext, dre = derived
-    crit.append({"id": did, "text": dtext, "weight": 1.0, "grader": {"type": "regex", "pattern": dre},
+    crit.append({"id": did, "text": dtext, "weight": 1.3, "grader": {"type": "regex", "pattern": dre},
                  "requires": ids})  # fmt: skip
     crit.append(
         {
             "id": "citation",
             "text": "Cites, in \\cite{} format, for each figure a page it opened that prints it.",
-            "weight": 0.5,
+            "weight": 1.0,
             "grader": {"type": "cited_source", "sources": sources},
             "requires": ids,
         }
@@ -178,8 +195,10 @@ def _compare(group: list[Company], qt_index: int, rng: random.Random, pages: dic
         for c, qt, f in zip(group, qts, figs, strict=True)
     ]
     winner = re.escape(names[lead])
+    others = "|".join(re.escape(n) for k, n in enumerate(names) if k != lead)
+    between = rf"(?:(?!\b(?:{others})\b|\bnot\b|n't\b|\b(?:trail|behind|lower|less|below|smaller)\w*)[^.;:]){{0,80}}?"
     lead_re = (
-        rf"(?is)\b{winner}\b[^.]{{0,120}}?\b(?:highest|higher|largest|larger|most|greatest|biggest|"
+        rf"(?is)\b{winner}\b{between}\b(?:highest|higher|largest|larger|most|greatest|biggest|"
         r"led|leads|ahead|top)\b"
     )
     sources: dict[str, str] = {}
@@ -216,7 +235,8 @@ def _year_so_far(c: Company, year: int, n: int, rng: random.Random, pages: dict)
         _step(c, qt, f, f"{poss(c.name)} revenue in {qt.label} results", pages, "revenue")
         for qt, f in zip(qts, figs, strict=True)
     ]
-    not_yet = rf"(?is)^(?=.*\bQ{nxt.q}\s+{year}\b)(?=.*{NOT_YET})"
+    label = rf"\bQ{nxt.q}\s+{year}\b"
+    not_yet = rf"(?is){label}[^.;]{{0,80}}?{NOT_YET}|{NOT_YET}[^.;]{{0,80}}?{label}"
     early = [  # the next quarter's prediction and rumour, when they are already online
         money(x)
         for x, when in ((nxt.preview_revenue, nxt.preview), (nxt.gossip_revenue, nxt.gossip))

@@ -121,9 +121,10 @@ class TokenSource:
                 return token_row(expander, traj, entry, missing=self._why_missing(stats)), None
             # a rewritten context: the last segment's row (the answer, and the context it was written in)
             rows = expand_segments(expander, traj)
-            last = parts[-1]
+            shown = max((i for i, r in enumerate(rows) if r.loss_mask.any()), default=len(rows) - 1)
+            last = parts[shown]  # the last segment that sampled (and trained) anything
             entry = None if stats is None else stats.get(segment_row_id(traj.id, last.index))
-            out = token_row(expander, traj, entry, missing=self._why_missing(stats), row=rows[-1])
+            out = token_row(expander, traj, entry, missing=self._why_missing(stats), row=rows[shown])
             about = (
                 f"context segment {last.index + 1} of {len(parts)} (from turn {last.first_turn + 1}; "
                 f"{len(last.stubbed)} earlier tool results shown as stubs, the earlier turns are its "
