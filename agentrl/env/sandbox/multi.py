@@ -35,7 +35,14 @@ import re
 from typing import Any
 
 from agentrl.env.sandbox.pages import source_ids
-from agentrl.env.sandbox.tasks import MAX_SCORE, NOT_YET, fig_re, figure_grader, official, quarter_distractors
+from agentrl.env.sandbox.tasks import (
+    MAX_SCORE,
+    NOT_YET,
+    figure_grader,
+    official,
+    quarter_distractors,
+    rumor_criteria,
+)
 from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
 __all__ = ["FAMILIES", "MULTI_VERSION", "make_multi_tasks", "percent_re"]
@@ -112,17 +119,8 @@ def _rubric(
     )
     asked = {f for f, _ in figures}
     # a prediction that prints a figure asked of another company or quarter is no distractor here
-    bad = sorted(({d["figure"] for s in steps for d in s["distractors"]} | set(extra_distractors)) - asked)
-    if bad:
-        crit.append(
-            {
-                "id": "rumor",
-                "kind": "negative",
-                "weight": -1.0,
-                "text": "States a rumoured or predicted figure as fact.",
-                "grader": {"type": "regex", "pattern": "|".join(fig_re(d) for d in bad)},
-            }
-        )
+    bad = ({d["figure"] for s in steps for d in s["distractors"]} | set(extra_distractors)) - asked
+    crit += rumor_criteria(bad)
     return {"id": task_id, "version": 1, "description": prompt, "mapping": "strict",
             "aggregation": "weighted_sum", "criteria": crit}  # fmt: skip
 

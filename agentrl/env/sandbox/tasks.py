@@ -29,7 +29,16 @@ from typing import Any
 from agentrl.env.sandbox.pages import ORDINAL, source_ids
 from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
-__all__ = ["MAX_SCORE", "NOT_YET", "fig_re", "figure_grader", "make_tasks", "official", "quarter_distractors"]
+__all__ = [
+    "MAX_SCORE",
+    "NOT_YET",
+    "fig_re",
+    "figure_grader",
+    "make_tasks",
+    "official",
+    "quarter_distractors",
+    "rumor_criteria",
+]
 
 MAX_SCORE = 2.5
 NOT_YET = r"\b(?:not\s+(?:yet\s+)?(?:been\s+)?(?:published|released|reported|available|out)|not\s+yet)\b"
@@ -44,6 +53,23 @@ def figure_grader(figure: str) -> dict[str, Any]:
     """The ``figure`` grader of a printed amount such as ``$12.3 billion``."""
     value, unit = figure.removeprefix("$").split(" ", 1)
     return {"type": "figure", "value": float(value), "unit": unit, "tolerance": 0.001}
+
+
+def rumor_criteria(figures: set[str]) -> list[dict[str, Any]]:
+    """The negative criterion for stating any of ``figures`` (predictions, rumours) as fact: one
+    criterion, or none when there is no such figure."""
+    bad = sorted(figures)
+    if not bad:
+        return []
+    return [
+        {
+            "id": "rumor",
+            "kind": "negative",
+            "weight": -1.0,
+            "text": "States a rumoured or predicted figure as fact.",
+            "grader": {"type": "regex", "pattern": "|".join(fig_re(d) for d in bad)},
+        }
+    ]
 
 
 def _sources(pages: dict[str, dict[str, Any]], ids: list[str]) -> dict[str, str]:
@@ -84,17 +110,7 @@ def _rubric(
             "requires": ["accuracy"],
         },
     ]
-    bad = sorted({d for d in distractors if d != figure})
-    if bad:
-        crit.append(
-            {
-                "id": "rumor",
-                "kind": "negative",
-                "weight": -1.0,
-                "text": "States a rumoured or predicted figure as fact.",
-                "grader": {"type": "regex", "pattern": "|".join(fig_re(d) for d in bad)},
-            }
-        )
+    crit += rumor_criteria({d for d in distractors if d != figure})
     return {
         "id": task_id,
         "version": 1,
