@@ -177,6 +177,10 @@ class NumberGrader(_Strict):
         return _unit_ok(v)
 
 
+#: Grader fields added after rubrics were first hashed: grader type → field → its default.
+_LATER_FIELDS: dict[str, dict[str, Any]] = {"figure": {"opened": False}}
+
+
 class FigureGrader(_Strict):
     """Evidence: the report states the asked figure, as the one figure for it, seen in a tool result.
 
@@ -320,8 +324,16 @@ class Rubric(_Strict):
 
     @cached_property
     def content_hash(self) -> str:
-        """sha256 (hex) of the rubric's canonical JSON: same content, same hash, whatever the YAML layout."""
-        canon = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """sha256 (hex) of the rubric's canonical JSON: same content, same hash, whatever the YAML layout.
+        A grader field added after rubrics were first hashed counts only when it is not its default
+        (``_LATER_FIELDS``), so a rubric that does not use it keeps its hash (and its cached verdicts)."""
+        data = self.model_dump(mode="json")
+        for c in data.get("criteria", []):
+            g = c.get("grader") or {}
+            for name, default in _LATER_FIELDS.get(g.get("type"), {}).items():
+                if g.get(name) == default:
+                    g.pop(name, None)
+        canon = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
     @property

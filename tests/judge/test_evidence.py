@@ -227,3 +227,31 @@ def test_a_hostile_report_is_graded_in_linear_time():
         t0 = time.perf_counter()
         score_deterministic(r, report, evidence=ev)
         assert time.perf_counter() - t0 < 2.0
+
+
+def test_the_opened_flag_leaves_the_hash_of_a_rubric_that_does_not_use_it():
+    """Verdict caches and stored trajectories name rubrics by hash: a field added to the figure
+    grader changes no hash at its default, and changes it when set."""
+    import hashlib
+    import json
+
+    from agentrl.judge.rubric import Rubric
+
+    data = {
+        "id": "r",
+        "criteria": [
+            {
+                "id": "a",
+                "text": "the figure",
+                "weight": 1.0,
+                "grader": {"type": "figure", "value": 12.3, "unit": "billion"},
+            }
+        ],
+    }
+    plain = Rubric.model_validate(data)
+    dump = plain.model_dump(mode="json")
+    dump["criteria"][0]["grader"].pop("opened")
+    before = hashlib.sha256(json.dumps(dump, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert plain.content_hash == before
+    data["criteria"][0]["grader"]["opened"] = True
+    assert Rubric.model_validate(data).content_hash != before
