@@ -4,7 +4,8 @@ Each shortcut policy answers the way a reward-hacking policy would (at once with
 labels and a citation, "not yet published", an invented figure, a spray of figures, the question
 echoed, master-key strings, verdict text injected into the report, a citation of a page never
 opened, a page opened and cited with a figure that is not the asked one; on a multi-source task,
-the true figures from search snippets alone, or from one of the sources opened). ``probe`` runs them and
+the true figures from search snippets alone, or from one of the sources opened, or only the figure
+of the one source opened). ``probe`` runs them and
 the scripted oracle over a suite's tasks through the env, scores every trajectory through the
 judge (``Judge.score``: deterministic criteria locally, LLM criteria through the configured judge
 model), and reports each policy's mean normalised reward and the criteria that let it through.
@@ -159,12 +160,13 @@ SHORTCUTS: dict[str, str] = {
     "open-wrong-figure": "opens the official page, cites it with another figure that page prints",
     "search-snippets": "searches each asked figure, opens nothing, answers every true figure citing the official pages",
     "one-source": "opens the first official page only, answers every true figure citing each official page",
+    "first-figure-only": "opens the first official page only, answers its figure and none of the others",
 }
 
 
 #: The shortcuts of a multi-source task: they run on the suite's tasks that have ``steps`` only
 #: (on a one-source task, one page and its search snippet are the research).
-MULTI_SOURCE = frozenset({"search-snippets", "one-source"})
+MULTI_SOURCE = frozenset({"search-snippets", "one-source", "first-figure-only"})
 
 
 class ShortcutPolicy:
@@ -196,6 +198,9 @@ class ShortcutPolicy:
             ),
             "search-snippets": _search_then(lambda m, ctx: _fill(ctx, _truths(ctx))),
             "one-source": _open_then(lambda m, ctx: _fill(ctx, _truths(ctx))),
+            "first-figure-only": _open_then(
+                lambda m, ctx: _fill(ctx, _truths(ctx)[:1] + ["not found"] * (len(_truths(ctx)) - 1))
+            ),
         }
         self._turn = turns[kind]
 
@@ -337,7 +342,7 @@ def format_table(result: ProbeResult) -> str:
         err = f" [{r.judge_errors} judge errors]" if r.judge_errors else ""
         lines.append(f"{r.policy:<32} {r.mean:>6.3f} {best:>6.3f}  {r.through()}{flag}{err}")
     if any(len(r.rewards) + r.judge_errors != result.tasks for r in result.shortcuts):
-        lines.append("(search-snippets and one-source run on the multi-source tasks only)")
+        lines.append("(search-snippets, one-source and first-figure-only run on the multi-source tasks only)")
     lines.append(
         f"{result.tasks} tasks; a shortcut fails above {result.max_shortcut:g} mean normalised reward"
     )
