@@ -32,7 +32,7 @@ def build_batch(
     (``training_reward``: normalised when ``normalize``) on the last policy token, plus the
     trajectory's ``info["turn_rewards"]`` on each turn's last policy token."""
     keep, rows, dropped_judge, dropped_empty = [], [], 0, 0
-    episodes: list[Trajectory] = []
+    episodes = 0  # trajectories kept
     episode: list[int] = []  # the row's episode (its index among the kept trajectories)
     segment: list[int] = []  # the row's context segment within its episode
     outcome: list[float] = []  # the episode's reward, on the last policy token of each of its rows
@@ -52,10 +52,10 @@ def build_batch(
         for k, row in parts:
             keep.append(t)
             rows.append(row)
-            episode.append(len(episodes))
+            episode.append(episodes)
             segment.append(k)
             outcome.append(float(reward))
-        episodes.append(t)
+        episodes += 1
     stats = {
         "train/dropped_judge_error": float(dropped_judge),
         "train/dropped_untrainable": float(dropped_empty),
@@ -68,7 +68,7 @@ def build_batch(
         known[i, : len(r)] = r.known_logprob_mask()
     batch["known_logprobs"] = torch.from_numpy(known).to(device)
     batch["truncated"] = torch.tensor([float(is_truncated(t)) for t in keep], device=device)
-    if len(episodes) < len(rows):  # an episode with a rewritten context: its rows share one outcome
+    if episodes < len(rows):  # an episode with a rewritten context: its rows share one outcome
         batch["episode"] = torch.tensor(episode, dtype=torch.int64, device=device)
         batch["segment"] = torch.tensor(segment, dtype=torch.int64, device=device)
         batch["outcome"] = torch.tensor(outcome, dtype=torch.float32, device=device)

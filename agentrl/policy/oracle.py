@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from typing import Any, Literal
 
 from agentrl.policy.base import EpisodeContext
@@ -118,28 +117,20 @@ class OraclePolicy:
         """Nothing to release."""
 
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
-
-
 def _opened_urls(messages: list[Message]) -> list[str]:
-    """The URLs of the ``open_url`` calls in the assistant turns, in order (OpenAI ``tool_calls`` or
-    Hermes ``<tool_call>`` text)."""
+    """The URLs of the ``open_url`` calls in the assistant turns, in order (the env adds its parse of
+    calls written as text to each turn's ``tool_calls``)."""
     urls: list[str] = []
     for m in messages:
         if m.role != "assistant":
             continue
-        calls: list[tuple[str, Any]] = []
         for c in m.tool_calls or []:
+            if c.function.name != "open_url":
+                continue
             try:
-                calls.append((c.function.name, c.function.parsed_arguments()))
+                args = c.function.parsed_arguments()
             except ValueError:
                 continue
-        if not calls:
-            for raw in _TOOL_CALL.findall(m.text):
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    continue
-                calls.append((body.get("name", ""), body.get("arguments")))
-        urls += [str(a.get("url", "")) for name, a in calls if name == "open_url" and isinstance(a, dict)]
+            if isinstance(args, dict):
+                urls.append(str(args.get("url", "")))
     return urls

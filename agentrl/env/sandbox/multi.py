@@ -42,6 +42,7 @@ from agentrl.env.sandbox.tasks import (
     official,
     quarter_distractors,
     rumor_criteria,
+    sources,
 )
 from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
@@ -217,13 +218,13 @@ def _compare(group: list[Company], qt_index: int, rng: random.Random, pages: dic
 
 def _year_so_far(c: Company, year: int, n: int, rng: random.Random, pages: dict) -> dict[str, Any] | None:
     qts = [c.quarter(year, q) for q in range(1, n + 1)]
-    if len({money(qt.revenue) for qt in qts}) < n:
+    figs = [money(qt.revenue) for qt in qts]
+    if len(set(figs)) < n:
         return None  # two quarters print the same figure: one page would answer both
     nxt = c.quarter(year, n + 1)
     day = qts[-1].release + dt.timedelta(
         days=rng.randint(1, max(1, (nxt.release - qts[-1].release).days - 1))
     )
-    figs = [money(qt.revenue) for qt in qts]
     tid = f"{c.slug}-{year}-so-far-{day.isoformat()}"
     prompt = (
         f"What revenue has {c.name} reported for each quarter of {year} so far? "
@@ -256,8 +257,7 @@ def _year_so_far(c: Company, year: int, n: int, rng: random.Random, pages: dict)
 
 def _sources(pages: dict[str, dict[str, Any]], c: Company, qts: list[Quarter]) -> dict[str, str]:
     """Cite key → URL of every page about the quarters asked (so ``\\cite{<id>}`` names a page)."""
-    ids = {i for qt in qts for i in source_ids(c, qt).values()}
-    return {i: pages[i]["url"] for i in sorted(ids) if i in pages}
+    return sources(pages, [i for qt in qts for i in source_ids(c, qt).values()])
 
 
 def make_multi_tasks(

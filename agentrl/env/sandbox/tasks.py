@@ -38,6 +38,7 @@ __all__ = [
     "official",
     "quarter_distractors",
     "rumor_criteria",
+    "sources",
 ]
 
 MAX_SCORE = 2.5
@@ -72,7 +73,7 @@ def rumor_criteria(figures: set[str]) -> list[dict[str, Any]]:
     ]
 
 
-def _sources(pages: dict[str, dict[str, Any]], ids: list[str]) -> dict[str, str]:
+def sources(pages: dict[str, dict[str, Any]], ids: list[str]) -> dict[str, str]:
     """Cite key → URL of the pages about the task, so that ``\\cite{<id>}`` names the page."""
     return {i: pages[i]["url"] for i in sorted(set(ids)) if i in pages}
 
@@ -193,7 +194,7 @@ def _quarterly(c: Company, qt: Quarter, metric: str, rng: random.Random, pages: 
         period_re,
         f"Labels the figure as {qt.label}.",
         [d["figure"] for d in dis],
-        _sources(pages, [*source_ids(c, qt).values()]),
+        sources(pages, [*source_ids(c, qt).values()]),
     )
     report = {
         "revenue": f"Total revenue for {qt.label} was <FIGURE> \\cite{{<URL>}}.",
@@ -236,7 +237,7 @@ def _annual(c: Company, year: int, rng: random.Random, pages: dict) -> dict[str,
         period_re,
         f"Labels the figure as full-year {year}.",
         [d["figure"] for d in dis],
-        _sources(pages, [*source_ids(c, q4).values(), pid, gid, f"{c.slug}-annual-{year}"]),
+        sources(pages, [*source_ids(c, q4).values(), pid, gid, f"{c.slug}-annual-{year}"]),
     )
     report = f"Full-year {year} revenue was <FIGURE> \\cite{{<URL>}}."
     return _task(
@@ -275,7 +276,7 @@ def _summary_trap(c: Company, year: int, n: int, rng: random.Random, pages: dict
         f"Says the full-year {year} results are not out yet at {day} and labels the figures as "
         f"{qt.label}, not full year.",
         [d["figure"] for d in dis],
-        _sources(pages, [*source_ids(c, qt).values(), pid, gid]),
+        sources(pages, [*source_ids(c, qt).values(), pid, gid]),
         trap=True,
     )
     report = (
@@ -316,7 +317,7 @@ def _quarter_trap(
         f"Says the {asked.label} results are not out yet at {day} and labels the figure "
         f"given as {prev.label}.",
         [d["figure"] for d in dis],
-        _sources(pages, [*source_ids(c, prev).values(), *source_ids(c, asked).values()]),
+        sources(pages, [*source_ids(c, prev).values(), *source_ids(c, asked).values()]),
         trap=True,
     )
     report = (
