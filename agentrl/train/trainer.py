@@ -171,6 +171,8 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         self.log = RunLog(self.out) if is_main() else None
         if is_main():
             write_json(RunDir(self.out).sampling_file, self.sampling.to_json())
+        if self.sft_data and r.context.strategy != "none":
+            self.oracle_in_tokens(tasks)  # the warm start's data as the policy will see it
         if self.sft_data:
             self.new_warm_start()
         if resume_from is not None:

@@ -3,7 +3,9 @@
 Every rank trains on the same batches (under FSDP their summed gradients are averaged); the batches
 come from one ``random.Random`` seeded from (seed, "sft-batches"), whose state a warm-start
 checkpoint keeps with the warm start's optimiser, so a run resumed at warm-start step k trains
-steps k+1.. exactly as an uninterrupted one. At the end every rank takes rank 0's weights, the
+steps k+1.. exactly as an uninterrupted one. With context management (``rollout.context``) the
+oracle episodes are played again in token mode once the run's expander exists (``oracle_in_tokens``),
+so the warm start trains every context segment as the policy will see it. At the end every rank takes rank 0's weights, the
 reference becomes the warm-started policy, and RL step 0 is checkpointed (``agentrl.train.checkpointing``).
 
 A mixin of ``Trainer``.
@@ -16,10 +18,12 @@ from typing import Any
 
 import torch
 
+from agentrl.rollout.context import context_policy
+from agentrl.rollout.episode import Limits
 from agentrl.train.distributed import all_reduce_sum, broadcast_parameters, world_size
 from agentrl.train.fsdp import set_grad_divide
 from agentrl.train.interrupt import check_stop, stop_requested
-from agentrl.train.sft import sft_step
+from agentrl.train.sft import collect_oracle_trajectories, sft_step
 from agentrl.train.step_sampling import step_seed
 
 __all__ = ["WarmStart"]
@@ -38,8 +42,22 @@ class WarmStart:
     log: Any
     report: Any
     warm_from: int | None
+    env_config: dict[str, Any]
     sft_opt: torch.optim.Optimizer | None
     sft_rng: random.Random | None
+
+    def oracle_in_tokens(self, tasks: list[Any]) -> None:
+        """The warm start's oracle episodes again (same tasks, samples and seeds), in token mode
+        through the run's expander, limits and context policy, so a long one carries the context
+        segments the policy's own episodes will have; the chat-mode episodes collected before the
+        tokenizer existed gave it its texts (which stay those of a run without context management)."""
+        cfg, r = self.cfg, self.cfg.rollout
+        limits = Limits(max_new_tokens=r.max_new_tokens, max_len=r.max_len, context=context_policy(r.context))
+        with self.report.phase(f"oracle episodes in tokens ({r.context.strategy}, {len(self.sft_data)})"):
+            self.sft_data = collect_oracle_trajectories(
+                self.env_config, tasks, cfg.sft_noise, cfg.seed, episodes=cfg.sft_episodes,
+                expander=self.expander, limits=limits,
+            )  # fmt: skip
 
     def new_warm_start(self) -> None:
         """The warm start's optimiser and batch sampler, fresh (a checkpoint may then restore them)."""
