@@ -11,6 +11,11 @@ real policy's would. It never opens a URL it has not seen: a demonstration that 
 model to invent URLs (when no distractor was listed, it opens the official release). At noise 0 it
 scores the rubric maximum on every sandbox task. Its turns are Hermes ``<tool_call>`` text (or
 OpenAI ``tool_calls`` with ``style="openai"``), so they exercise the env's parser.
+
+Asked for its notes (context management's ``summarize``: the last message is ``SUMMARY_REQUEST``),
+it lists its calls so far, one per line (``- search: QUERY``, ``- open_url: URL``); after the rewrite
+it reads them back from the task's message, so it goes on where it was (the search results it had
+not opened yet are gone with the old context: with noise, that step opens the official source).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any, Literal
 from agentrl.policy.base import EpisodeContext
 from agentrl.seeds import stable_seed
 from agentrl.trajectory import FunctionCall, Message, ToolCall
+from agentrl.trajectory.context import SUMMARY_HEADER, SUMMARY_REQUEST
 
 __all__ = ["OraclePolicy"]
 
@@ -75,15 +81,15 @@ class OraclePolicy:
     def _act_in_steps(self, messages: list[Message], ctx: EpisodeContext, turn: int) -> Message:
         """Turns 2k and 2k+1: search step k's query, open its source; then answer from them all."""
         steps = ctx.ground_truth["steps"]
-        results = [m.text for m in messages if m.role == "tool"]
+        calls = _calls(messages)
         k, opening = divmod(turn, 2)
         if k < len(steps) and not opening:
             return self._call("search", {"query": steps[k]["query"], "k": 5}, turn)
         if k < len(steps):
-            listed = results[2 * k] if 2 * k < len(results) else ""
+            listed = calls[2 * k][2] if 2 * k < len(calls) else ""
             return self._call("open_url", {"url": self._step_source(steps[k], k, listed, ctx)["url"]}, turn)
         # the pages it opened, read off its own calls (a rewritten context shows old results as stubs)
-        opened = _opened_urls(messages)
+        opened = [arg for name, arg, _ in calls if name == "open_url"]
         report = ctx.ground_truth["report"]
         for j, step in enumerate(steps):
             url = opened[j] if j < len(opened) else step["official"]["url"]
@@ -97,7 +103,11 @@ class OraclePolicy:
     async def act(self, messages: list[Message], ctx: EpisodeContext) -> Message:
         """Turn 1: search; turn 2: open the chosen source; turn 3: answer from it (a multi-source
         task: a search and a page per step, then the answer)."""
-        turn = sum(1 for m in messages if m.role == "assistant")
+        if messages and messages[-1].role == "user" and messages[-1].text == SUMMARY_REQUEST:
+            notes = "\n".join(f"- {name}: {arg}" for name, arg, _ in _calls(messages[:-1]))
+            return Message(role="assistant", content=notes or "- nothing yet")
+        notes = _notes(messages)
+        turn = len(_calls(messages)) if notes else sum(1 for m in messages if m.role == "assistant")
         gt = ctx.ground_truth
         if gt and gt.get("steps"):
             return self._act_in_steps(messages, ctx, turn)
@@ -117,20 +127,40 @@ class OraclePolicy:
         """Nothing to release."""
 
 
-def _opened_urls(messages: list[Message]) -> list[str]:
-    """The URLs of the ``open_url`` calls in the assistant turns, in order (the env adds its parse of
-    calls written as text to each turn's ``tool_calls``)."""
-    urls: list[str] = []
-    for m in messages:
+def _notes(messages: list[Message]) -> list[tuple[str, str, str]]:
+    """The calls listed in the notes of a summarized context (in the task's message), in order."""
+    task = next((m.text for m in messages if m.role == "user"), "")
+    if SUMMARY_HEADER not in task:
+        return []
+    out = []
+    for line in task.split(SUMMARY_HEADER, 1)[1].splitlines():
+        name, sep, arg = line.removeprefix("- ").partition(": ")
+        if sep and name in ("search", "open_url"):
+            out.append((name, arg.strip(), ""))
+    return out
+
+
+def _calls(messages: list[Message]) -> list[tuple[str, str, str]]:
+    """Every ``search`` / ``open_url`` call of the episode so far as (name, query or URL, the tool
+    result shown after it or ""): the notes of a summarized context, then the calls of the turns
+    shown (the turns kept verbatim after the notes repeat their last calls, counted once). The env
+    adds its parse of calls written as text to each turn's ``tool_calls``."""
+    shown: list[tuple[str, str, str]] = []
+    for i, m in enumerate(messages):
         if m.role != "assistant":
             continue
+        result = messages[i + 1].text if i + 1 < len(messages) and messages[i + 1].role == "tool" else ""
         for c in m.tool_calls or []:
-            if c.function.name != "open_url":
-                continue
             try:
                 args = c.function.parsed_arguments()
             except ValueError:
                 continue
-            if isinstance(args, dict):
-                urls.append(str(args.get("url", "")))
-    return urls
+            if isinstance(args, dict) and c.function.name in ("search", "open_url"):
+                key = "query" if c.function.name == "search" else "url"
+                shown.append((c.function.name, str(args.get(key, "")), result))
+    notes = _notes(messages)
+    same = lambda a, b: [x[:2] for x in a] == [x[:2] for x in b]  # noqa: E731
+    repeat = max(
+        (n for n in range(min(len(notes), len(shown)), 0, -1) if same(notes[-n:], shown[:n])), default=0
+    )
+    return notes[: len(notes) - repeat] + shown

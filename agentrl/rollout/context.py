@@ -1,12 +1,23 @@
 """How the episode loop keeps a long episode within ``max_len``: ``ContextPolicy``.
 
 ``strategy: none`` (the default) lets the conversation grow until the next prompt would pass
-``max_len``, which ends the episode (``max_len``). ``drop_observations`` rewrites the context first:
-before a turn whose prompt plus ``max_new_tokens`` would pass ``trigger_tokens`` (default:
-``max_len``), every tool result but those after the last ``keep_last_turns`` assistant turns is
-shown as a one-line stub (``agentrl.trajectory.context``). Each rewrite starts a new context segment,
-recorded on the trajectory; the expander gives one exact training row per segment. It acts in
-token mode (where the loop counts tokens); a chat policy sees the whole conversation.
+``max_len``, which ends the episode (``max_len``). The others rewrite the context first, before a
+turn whose prompt plus ``max_new_tokens`` would pass ``trigger_tokens``
+(``agentrl.trajectory.context`` has the rules):
+
+- ``drop_observations`` (trigger default: ``max_len``): every tool result but those after the last
+  ``keep_last_turns`` assistant turns is shown as a one-line stub;
+- ``summarize`` (trigger default: ``max_len - max_new_tokens``, room for the request and the
+  summary): the policy writes notes on what it has found (a sampled turn of at most
+  ``max_new_tokens``, trained like any other), and the context restarts from the system prompt and
+  the task with the notes, then the last ``keep_last_turns`` turns verbatim. When the summary call
+  itself would pass ``max_len`` (a turn and its tool result grew the prompt past the headroom), the
+  older tool results are stubbed first (a ``drop_observations`` rewrite, recorded), so the notes
+  are written from what is left; set ``trigger_tokens`` lower to keep the headroom.
+
+Each rewrite starts a new context segment, recorded on the trajectory; the expander gives one exact
+training row per segment. It acts in token mode (where the loop counts tokens); a chat policy sees
+the whole conversation.
 """
 
 from __future__ import annotations
@@ -16,14 +27,14 @@ from typing import Any, Literal
 
 __all__ = ["NO_CONTEXT_POLICY", "STRATEGIES", "ContextPolicy", "context_policy"]
 
-STRATEGIES = ("none", "drop_observations")
+STRATEGIES = ("none", "drop_observations", "summarize")
 
 
 @dataclass(frozen=True)
 class ContextPolicy:
     """See the module docstring."""
 
-    strategy: Literal["none", "drop_observations"] = "none"
+    strategy: Literal["none", "drop_observations", "summarize"] = "none"
     trigger_tokens: int | None = None
     keep_last_turns: int = 1
 
@@ -37,12 +48,14 @@ class ContextPolicy:
         if self.keep_last_turns < 1:  # 0 would stub the result the next turn is about to act on
             raise ValueError(f"context keep_last_turns must be >= 1, got {self.keep_last_turns}")
 
-    def trigger(self, max_len: int | None) -> int | None:
+    def trigger(self, max_len: int | None, max_new_tokens: int | None = None) -> int | None:
         """The prompt-plus-turn size that calls for a rewrite (None: never); never above ``max_len``,
         where the episode would end instead."""
         if self.strategy == "none":
             return None
         if self.trigger_tokens is None:
+            if max_len is not None and self.strategy == "summarize":
+                return max(1, max_len - (max_new_tokens or 0))
             return max_len
         return self.trigger_tokens if max_len is None else min(self.trigger_tokens, max_len)
 

@@ -47,18 +47,30 @@ import asyncio
 import concurrent.futures as cf
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from agentrl.env.suite import Task
-from agentrl.policy.base import EpisodeContext, Policy
+from agentrl.policy.base import Policy
 from agentrl.policy.server_reply import CONTEXT_OVERFLOW, PROMPT_IDS, ContextOverflow
-from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
+from agentrl.rollout.rewrite import rewrite_context
+from agentrl.rollout.turns import (
+    NO_LIMITS,
+    BatchGenerateFn,
+    EpisodeSpec,
+    GenerateFn,
+    Generation,
+    Limits,
+    Request,
+    Sampled,
+    Stop,
+    turn_finish,
+    turn_seed,
+)
 from agentrl.seeds import episode_seed, stable_seed
 from agentrl.tokens import Expander, sampled_message
 from agentrl.trajectory import Message, Trajectory
-from agentrl.trajectory.context import CONTEXT_SEGMENTS, stub_indices, view
+from agentrl.trajectory.context import CONTEXT_SEGMENTS, ContextView
 
 __all__ = [
     "BatchGenerateFn",
@@ -78,102 +90,6 @@ __all__ = [
     "turn_finish",
     "turn_seed",
 ]
-
-
-def turn_seed(seed: int, turn: int) -> int:
-    """The sampling seed of turn ``turn`` (0-based) of the episode seeded ``seed`` (63 bits)."""
-    return stable_seed(seed, turn)
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """One episode to run: trajectory ``id``, the ``task`` (or its id), the env's reset ``seed``
-    (None: the env's own), and what to add to ``trajectory.info`` (in this order)."""
-
-    id: str
-    task: Task | str
-    seed: int | None
-    info: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def sample(self) -> int | None:
-        """The sample index within the task's group, as recorded in ``info`` (None when not)."""
-        return self.info.get("sample")
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One token-mode turn: ``token_ids`` ``[T]`` as sampled (stop token included when one was
-    sampled), the sampler's ``logprobs`` ``[T]`` (None when the engine gives none). How the turn
-    finished is not the engine's to say: the episode loop decides it (``turn_finish``)."""
-
-    token_ids: list[int]
-    logprobs: list[float] | None
-
-
-class Sampled(Protocol):
-    """What a token-mode generate function may return (``Generation`` or an engine's own type)."""
-
-    token_ids: list[int]
-    logprobs: list[float] | None
-
-
-def turn_finish(ids: Sequence[int], stops: Collection[int]) -> str:
-    """How a sampled turn finished: ``stop`` when its last id is a stop id, else ``length`` (it was
-    cut). The one place that decides it, whatever the engine reported."""
-    return "stop" if ids and ids[-1] in stops else "length"
-
-
-@dataclass(frozen=True)
-class Stop:
-    """Returned by a generate function that has no further turn: the episode ends with ``reason``
-    (and ``detail``, when given, in ``info["truncated_detail"]``)."""
-
-    reason: str
-    detail: str | None = None
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Token-mode limits (see the module docstring); None: no such limit."""
-
-    max_new_tokens: int | None = None
-    max_len: int | None = None
-    max_completion_tokens: int | None = None
-    context: ContextPolicy = NO_CONTEXT_POLICY  # how a long episode stays within max_len
-
-
-@dataclass(frozen=True)
-class Request:
-    """One turn asked of a generate function: the episode's ``env`` and ``spec``, its position
-    ``index`` in ``run_episodes``, the 0-based ``turn``, the turn's sampling ``seed`` (None when the
-    episode has none), the conversation so far, and in token mode the ``prompt_ids`` and the most
-    tokens it may sample (``max_tokens``, None: the engine's own limit)."""
-
-    env: Any
-    spec: EpisodeSpec
-    index: int
-    turn: int
-    seed: int | None
-    messages: list[Message]
-    prompt_ids: list[int] | None = None
-    max_tokens: int | None = None
-
-    def context(self) -> EpisodeContext:
-        """What a chat policy may know besides the messages (the env's task, tools, the seed)."""
-        task = self.env.task
-        return EpisodeContext(
-            task_id=task.id,
-            date=task.date,
-            seed=self.spec.seed or 0,
-            tools=self.env.tools,
-            ground_truth=task.ground_truth,
-            send_tools=bool(getattr(self.env, "send_tools", False)),
-        )
-
-
-GenerateFn = Callable[[Request], Awaitable["Message | Sampled | Stop"]]
-BatchGenerateFn = Callable[[list[Request]], "Sequence[Sampled] | Awaitable[Sequence[Sampled]]"]
 
 
 @dataclass
@@ -217,7 +133,7 @@ async def run_episode(
     *,
     expander: Expander | None = None,
     stop_ids: Collection[int] | None = None,
-    limits: Limits = Limits(),
+    limits: Limits = NO_LIMITS,
     executor: cf.Executor | None = None,
     index: int = 0,
 ) -> EpisodeResult:
@@ -235,24 +151,27 @@ async def run_episode(
     chat_prompt: list[int] | None = None  # the first prompt as a chat server tokenized it
     turn = 0
     gen_s = env_s = 0.0
-    trigger = limits.context.trigger(limits.max_len)
-    stubbed: frozenset[int] = frozenset()  # tool results shown as stubs (context management)
+    trigger = limits.context.trigger(limits.max_len, limits.max_new_tokens)
+    ctx = ContextView()  # how the model sees env.messages (context management)
     rewrites: list[dict[str, Any]] = []
     while True:
         prompt: list[int] | None = None
         max_tokens = limits.max_new_tokens
-        seen = view(env.messages, stubbed) if stubbed else env.messages
+        seen = ctx.show(env.messages)
         if expander is not None:
             prompt = expander.generation_prompt_ids(seen)
             if trigger is not None and turn > 0 and len(prompt) + (max_tokens or 0) > trigger:
-                more = stub_indices(env.messages, limits.context.keep_last_turns) - stubbed
-                if more:  # rewrite: a new context segment begins with this turn
-                    stubbed |= more
-                    rewrites.append(
-                        {"turn": turn, "messages": len(env.messages), "stubbed": sorted(stubbed),
-                         "strategy": limits.context.strategy}
-                    )  # fmt: skip
-                    seen = view(env.messages, stubbed)
+                t0 = time.perf_counter()
+                rewritten = await rewrite_context(
+                    ctx, env, spec, generate, expander, stops, limits, turn, index, rewrites
+                )
+                gen_s += time.perf_counter() - t0
+                if isinstance(rewritten, Stop):
+                    reason, detail = rewritten.reason, rewritten.detail
+                    break
+                if rewritten != ctx:  # a new context segment begins with this turn
+                    ctx = rewritten
+                    seen = ctx.show(env.messages)
                     prompt = expander.generation_prompt_ids(seen)
             first = prompt if first is None else first
             if limits.max_len is not None and len(prompt) + (max_tokens or 0) > limits.max_len:
@@ -352,7 +271,7 @@ async def run_episodes(
     generate_batch: BatchGenerateFn | None = None,
     expander: Expander | None = None,
     stop_ids: Collection[int] | None = None,
-    limits: Limits = Limits(),
+    limits: Limits = NO_LIMITS,
     executor: cf.Executor | None = None,
 ) -> list[EpisodeResult]:
     """Run ``specs`` concurrently, episode ``i`` on ``envs[i]``; one result per spec, in order.

@@ -5,9 +5,11 @@ An episode whose context the loop rewrote (``info["context_segments"]``, see
 other, so one row cannot hold it token for token. ``expand_segments`` gives one row per segment: the
 messages the model saw in that segment (earlier tool results as their stubs) rendered by the
 expander, with the loss on that segment's own sampled turns only (the earlier turns in it are the
-segment's prompt, as the model was fed them). Every row carries the episode's reward on its last
-policy token, so every segment is trained on the episode's outcome; a turn reward stays on the row of
-the segment that sampled the turn. An episode that was never rewritten is one row, ``expand``'s.
+segment's prompt, as the model was fed them). A segment that ended in a ``summarize`` rewrite also
+trains the notes it wrote (the request and the summary close its row). Every row carries the
+episode's reward on its last policy token, so every segment is trained on the episode's outcome; a
+turn reward stays on the row of the segment that sampled the turn (a summary has none). An episode
+that was never rewritten is one row, ``expand``'s.
 """
 
 from __future__ import annotations
@@ -39,11 +41,17 @@ def expand_segments(
         info = {k: v for k, v in trajectory.info.items() if k != CONTEXT_SEGMENTS}
         if seg.index > 0:
             info.pop("prompt_token_ids", None)  # the engine's first prompt is segment 0's
-        if isinstance(info.get("turn_rewards"), list) and seg.end_turn is not None:
-            info["turn_rewards"] = info["turn_rewards"][: seg.end_turn]  # the turns this view holds
+        offset = seg.context.turn_offset(trajectory.messages)  # episode turns left out of the view
+        if isinstance(info.get("turn_rewards"), list):  # the turns this view holds (+ its notes: 0)
+            end = len(info["turn_rewards"]) if seg.end_turn is None else seg.end_turn
+            info["turn_rewards"] = info["turn_rewards"][offset:end] + [0.0] * (seg.closing is not None)
+        if isinstance(info.get("turn_credit"), list):  # a share of the outcome: this segment's turns only
+            end = len(info["turn_credit"]) if seg.end_turn is None else seg.end_turn
+            own = [c for t, c in enumerate(info["turn_credit"][:end])]
+            info["turn_credit"] = own[offset:] + [0.0] * (seg.closing is not None)
         part = trajectory.model_copy(update={"messages": segment_messages(trajectory, seg), "info": info})
         row = expander.expand(part, reward=reward)
-        earlier = (row.turn_ids >= 0) & (row.turn_ids < seg.first_turn)
+        earlier = (row.turn_ids >= 0) & (row.turn_ids < seg.first_turn - offset)
         if earlier.any():
             loss = row.loss_mask.copy()
             scores = row.token_level_scores.copy()

@@ -83,18 +83,24 @@ class ModelConfig(_Strict):
 
 
 class ContextConfig(_Strict):
-    strategy: Literal["none", "drop_observations"] = Field(
+    strategy: Literal["none", "drop_observations", "summarize"] = Field(
         "none",
         description="none: an episode whose next prompt would pass max_len ends there; drop_observations: "
-        "old tool results are shown as one-line stubs first (a new context segment, trained as its own row)",
+        "old tool results are shown as one-line stubs first; summarize: the policy writes notes on its "
+        "research (a sampled, trained turn) and the context restarts from the task with the notes. Each "
+        "rewrite starts a new context segment, trained as its own row",
     )
     trigger_tokens: int | None = Field(
         None,
         ge=16,
-        description="rewrite when a prompt plus max_new_tokens would pass this (default: max_len)",
+        description="rewrite when a prompt plus max_new_tokens would pass this (default: max_len; "
+        "summarize: max_len - max_new_tokens, room for the request and the notes)",
     )
     keep_last_turns: int = Field(
-        1, ge=1, description="the tool results of the last N assistant turns stay whole"
+        1,
+        ge=1,
+        description="the last N assistant turns stay whole (drop_observations: their tool results; "
+        "summarize: the turns and their results, after the notes)",
     )
 
 

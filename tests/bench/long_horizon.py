@@ -3,7 +3,7 @@
 
     OMP_NUM_THREADS=2 python -m tests.bench.long_horizon [--tokenizer smollm2|test|DIR] [--max-len 1536]
 
-For each context strategy (``none``, ``drop_observations``) and split (train, held-out): how many
+For each context strategy (``none``, ``drop_observations``, ``summarize``) and split (train, held-out): how many
 tasks the oracle solves (normalised reward ≥ 0.999), its mean reward, why episodes stopped, the most
 context segments of an episode, the largest prompt fed, and the longest training row (the memory of
 a step is bounded by ``max_len`` × rows, whatever the episode's length). Every row of every segment
@@ -77,12 +77,12 @@ def run(tok: Any, strategy: str, split: str, max_len: int, max_new: int) -> dict
     async def episodes() -> None:
         nonlocal segs, prompt_max, row_max
         for t in (t for t in env.tasks if t.ground_truth.get("steps")):
-            fed: list[tuple[int, list[int], list[int]]] = []
+            fed: list[tuple[int, bool, list[int], list[int]]] = []
 
             async def gen(req: Any, fed: list = fed) -> Generation:
                 msg = await oracle.act(req.messages, req.context())
                 ids = [*tok.encode(msg.text, add_special_tokens=False), stop][: req.max_tokens]
-                fed.append((req.turn, list(req.prompt_ids), ids))
+                fed.append((req.turn, req.summary, list(req.prompt_ids), ids))
                 return Generation(ids, [0.0] * len(ids))
 
             res = await run_episode(env, EpisodeSpec(t.id, t, 0), gen, expander=exp, limits=limits)
@@ -92,8 +92,12 @@ def run(tok: Any, strategy: str, split: str, max_len: int, max_new: int) -> dict
             parts = segments(traj)
             segs = max(segs, len(parts))
             rows = expand_segments(exp, traj, reward=1.0)
-            for turn, prompt, sampled in fed:  # every row is what the model was fed and sampled
-                k = max(s.index for s in parts if s.first_turn <= turn)
+            for turn, notes, prompt, sampled in fed:  # every row is what the model was fed and sampled
+                k = (
+                    next(s.index for s in parts if s.closing is not None and s.end_turn == turn)
+                    if notes  # a summary closes the row of the segment that wrote it
+                    else max(s.index for s in parts if s.first_turn <= turn)
+                )
                 ids = rows[k].input_ids.tolist()
                 assert (
                     ids[: len(prompt)] == prompt and ids[len(prompt) : len(prompt) + len(sampled)] == sampled
@@ -120,7 +124,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print(f"tokenizer {args.tokenizer}, max_len {args.max_len}, max_new_tokens {args.max_new_tokens}")
     print("| context | split | solved | mean reward | stops | most segments | largest prompt | longest row |")
     print("|---|---|---|---|---|---|---|---|")
-    for strategy in ("none", "drop_observations"):
+    for strategy in ("none", "drop_observations", "summarize"):
         for split in args.split or ["train", "heldout"]:
             r = run(tok, strategy, split, args.max_len, args.max_new_tokens)
             stops = ", ".join(f"{k} {v}" for k, v in sorted(r["stops"].items()))

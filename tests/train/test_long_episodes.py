@@ -1,4 +1,5 @@
-"""The trainer on episodes longer than ``max_len`` (``rollout.context.strategy: drop_observations``):
+"""The trainer on episodes longer than ``max_len`` (``rollout.context.strategy: drop_observations`` or
+``summarize``):
 the scripted oracle, in token mode through the trainer's own episode loop, answers multi-source
 tasks of ``examples/long-horizon-env``; the step trains one row per context segment, logs each
 row's token numbers under its row id, and GRPO gives every segment its episode's advantage."""
@@ -57,14 +58,17 @@ class _OracleEngine:
         pass
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
-def test_a_step_on_long_episodes_trains_every_segment(tmp_path, algorithm):
+@pytest.mark.parametrize(
+    ("strategy", "algorithm"),
+    [("drop_observations", "grpo"), ("drop_observations", "ppo"), ("summarize", "grpo")],
+)
+def test_a_step_on_long_episodes_trains_every_segment(tmp_path, strategy, algorithm):
     over = {
         "rollout.suite": SUITE,
         "rollout.max_len": MAX_LEN,
         "rollout.max_new_tokens": 400,
         "rollout.max_turns": 8,
-        "rollout.context": {"strategy": "drop_observations"},
+        "rollout.context": {"strategy": strategy, "trigger_tokens": 2000},
         "rollout.env": {},
         "judge": {},
         "algorithm.name": algorithm,
@@ -87,6 +91,8 @@ def test_a_step_on_long_episodes_trains_every_segment(tmp_path, algorithm):
 
     step_trajs = list(read_trajectories(trajs[0]))
     segs = [len(segments(x)) for x in step_trajs]
+    kinds = {r["strategy"] for x in step_trajs for r in x.info.get("context_segments", [])}
+    assert strategy in kinds
     assert max(segs) > 1 and all(x.info.get("status") == "answered" for x in step_trajs)
     assert m["train/skipped_update"] == 0.0 and all(torch.isfinite(torch.tensor(v)) for v in m.values())
     stats = read_token_stats(RunDir(t.out).token_file(1))

@@ -125,10 +125,14 @@ class TokenSource:
             last = parts[shown]  # the last segment that sampled (and trained) anything
             entry = None if stats is None else stats.get(segment_row_id(traj.id, last.index))
             out = token_row(expander, traj, entry, missing=self._why_missing(stats), row=rows[shown])
+            shown_as = (
+                "restarted from the task with the policy's notes"
+                if last.context.head is not None
+                else f"{len(last.stubbed)} earlier tool results shown as stubs"
+            )
             about = (
                 f"context segment {last.index + 1} of {len(parts)} (from turn {last.first_turn + 1}; "
-                f"{len(last.stubbed)} earlier tool results shown as stubs, the earlier turns are its "
-                "prompt; each segment trains as its own row)"
+                f"{shown_as}, the earlier turns are its prompt; each segment trains as its own row)"
             )
             out.note = about if out.note is None else f"{about}. {out.note}"
             return out, None

@@ -1,0 +1,95 @@
+"""The episode loop's context rewrite (``agentrl.rollout.context`` has the strategies,
+``agentrl.trajectory.context`` the view and the records): ``rewrite_context``.
+
+Called before a turn whose prompt would pass the trigger. ``drop_observations`` stubs the older
+tool results. ``summarize`` asks the policy for its notes (``SUMMARY_REQUEST`` after the last tool
+result; the request goes through the episode's generate function with ``Request.summary`` set and
+its own seed, so a lock-step batch samples it beside the other episodes' turns), then restarts the
+context from the task with the notes and the last ``keep_last_turns`` turns. Either appends its
+record to ``rewrites`` (``info["context_segments"]``) and returns the new view; the view unchanged
+means nothing could be rewritten (the loop's ``max_len`` rule then decides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from agentrl.rollout.turns import GenerateFn, Limits, Request, Stop, turn_finish
+from agentrl.seeds import stable_seed
+from agentrl.tokens import Expander, sampled_message
+from agentrl.trajectory import Message
+from agentrl.trajectory.context import SUMMARY_REQUEST, ContextView, keep_from, stub_indices, summarized_task
+
+__all__ = ["rewrite_context"]
+
+
+def _drop(
+    ctx: ContextView, messages: list[Message], keep: int, turn: int, rewrites: list[dict[str, Any]]
+) -> ContextView:
+    """Stub the shown tool results older than the last ``keep`` turns (the view unchanged when
+    there are none)."""
+    more = {i for i in stub_indices(messages, keep) if i >= ctx.kept_from} - ctx.stubbed
+    if not more:
+        return ctx
+    new = ContextView(ctx.stubbed | more, ctx.head, ctx.kept_from)
+    rewrites.append(
+        {
+            "turn": turn,
+            "messages": len(messages),
+            "stubbed": sorted(new.stubbed),
+            "strategy": "drop_observations",
+        }
+    )
+    return new
+
+
+async def rewrite_context(
+    ctx: ContextView,
+    env: Any,
+    spec: Any,
+    generate: GenerateFn,
+    expander: Expander,
+    stops: Collection[int],
+    limits: Limits,
+    turn: int,
+    index: int,
+    rewrites: list[dict[str, Any]],
+) -> ContextView | Stop:
+    """The context for turn ``turn`` after a rewrite (see the module docstring); a ``Stop`` from the
+    generate function asked for the summary ends the episode."""
+    policy, messages = limits.context, list(env.messages)
+    keep = policy.keep_last_turns
+    if policy.strategy != "summarize":
+        return _drop(ctx, messages, keep, turn, rewrites)
+    request = Message(role="user", content=SUMMARY_REQUEST)
+    budget = limits.max_new_tokens or 0
+
+    def ask(view: ContextView) -> tuple[list[Message], list[int]]:
+        shown = [*view.show(messages), request]
+        return shown, expander.generation_prompt_ids(shown)
+
+    shown, prompt = ask(ctx)
+    if limits.max_len is not None and len(prompt) + budget > limits.max_len:
+        ctx = _drop(ctx, messages, keep, turn, rewrites)  # the notes are written from what is left
+        shown, prompt = ask(ctx)
+        if len(prompt) + budget > limits.max_len:
+            return ctx
+    seed = None if spec.seed is None else stable_seed(spec.seed, turn, "summary")
+    out = await generate(
+        Request(env, spec, index, turn, seed, shown, prompt, limits.max_new_tokens, summary=True)
+    )
+    if isinstance(out, Stop):
+        return out
+    if isinstance(out, Message):  # a chat-mode reply: its text is the notes
+        note = out.model_copy(update={"tool_calls": None})
+    else:
+        ids = [int(t) for t in out.token_ids]
+        note = sampled_message(expander.tokenizer, ids, out.logprobs, turn_finish(ids, stops), stops)
+    task = next(m for m in messages if m.role == "user").text
+    new = ContextView(frozenset(), summarized_task(task, note.text), keep_from(messages, keep))
+    rewrites.append(
+        {"turn": turn, "messages": len(messages), "stubbed": [], "strategy": "summarize", "task": new.head,
+         "kept_from": new.kept_from, "request": SUMMARY_REQUEST, "summary": note.model_dump(mode="json", exclude_none=True)}
+    )  # fmt: skip
+    return new
