@@ -25,7 +25,8 @@ The loop owns, once for every engine:
 - **limits** (token mode only; chat policies bound their own replies): with ``limits.max_len`` the
   episode stops as ``max_len`` before a turn whose ``len(prompt) + max_new_tokens`` exceeds it (the
   trainer's context length); with ``limits.max_completion_tokens`` a turn may sample at most what
-  is left of that budget counted from the first generated token, and stops as ``max_len`` when
+  is left of that budget counted from the first generated token (of the context segment: a
+  rewritten context starts a new row, and so a new response), and stops as ``max_len`` when
   nothing is left (an engine's fixed response length);
 - **stops**: a token turn ends with a stop token (``finish_reason`` ``stop``, whatever the engine
   said) or it was cut (``length``); a cut turn the env did not end stops the episode as
@@ -146,6 +147,7 @@ async def run_episode(
     await _in(executor, env.reset, seed=spec.seed, options={"task": spec.task})
     stops = set(expander.stop_ids if stop_ids is None and expander is not None else stop_ids or ())
     first: list[int] | None = None
+    base = 0  # the length of the context segment's first prompt (max_completion_tokens counts from it)
     reason: str | None = None
     detail: str | None = None
     chat_prompt: list[int] | None = None  # the first prompt as a chat server tokenized it
@@ -163,7 +165,7 @@ async def run_episode(
             if trigger is not None and turn > 0 and len(prompt) + (max_tokens or 0) > trigger:
                 t0 = time.perf_counter()
                 rewritten = await rewrite_context(
-                    ctx, env, spec, generate, expander, stops, limits, turn, index, rewrites
+                    ctx, env, spec, generate, expander, stops, limits, turn, index, rewrites, base
                 )
                 gen_s += time.perf_counter() - t0
                 if isinstance(rewritten, Stop):
@@ -173,12 +175,14 @@ async def run_episode(
                     ctx = rewritten
                     seen = ctx.show(env.messages)
                     prompt = expander.generation_prompt_ids(seen)
-            first = prompt if first is None else first
+                    base = len(prompt)
+            if first is None:
+                first, base = prompt, len(prompt)
             if limits.max_len is not None and len(prompt) + (max_tokens or 0) > limits.max_len:
                 reason = "max_len"
                 break
             if limits.max_completion_tokens is not None:
-                budget = limits.max_completion_tokens - (len(prompt) - len(first))
+                budget = limits.max_completion_tokens - (len(prompt) - base)
                 if budget <= 0:
                     reason = "max_len"
                     break

@@ -55,9 +55,12 @@ async def rewrite_context(
     turn: int,
     index: int,
     rewrites: list[dict[str, Any]],
+    base: int = 0,
 ) -> ContextView | Stop:
     """The context for turn ``turn`` after a rewrite (see the module docstring); a ``Stop`` from the
-    generate function asked for the summary ends the episode."""
+    generate function asked for the summary ends the episode. ``base``: the length of the current
+    segment's first prompt, from which ``limits.max_completion_tokens`` counts (the notes close that
+    segment's row, so they share its budget)."""
     policy, messages = limits.context, list(env.messages)
     keep = policy.keep_last_turns
     if policy.strategy != "summarize":
@@ -71,14 +74,22 @@ async def rewrite_context(
 
     shown, prompt = ask(ctx)
     if limits.max_len is not None and len(prompt) + budget > limits.max_len:
-        ctx = _drop(ctx, messages, keep, turn, rewrites)  # the notes are written from what is left
+        dropped = _drop(ctx, messages, keep, turn, rewrites)  # the notes are written from what is left
+        if dropped == ctx:
+            return ctx
+        ctx = dropped
         shown, prompt = ask(ctx)
+        base = len(prompt)  # the notes are the new segment's only turn
         if len(prompt) + budget > limits.max_len:
             return ctx
+    max_tokens = limits.max_new_tokens
+    if limits.max_completion_tokens is not None:
+        left = limits.max_completion_tokens - (len(prompt) - base)
+        if left <= 0:
+            return ctx
+        max_tokens = left if max_tokens is None else min(max_tokens, left)
     seed = None if spec.seed is None else stable_seed(spec.seed, turn, "summary")
-    out = await generate(
-        Request(env, spec, index, turn, seed, shown, prompt, limits.max_new_tokens, summary=True)
-    )
+    out = await generate(Request(env, spec, index, turn, seed, shown, prompt, max_tokens, summary=True))
     if isinstance(out, Stop):
         return out
     if isinstance(out, Message):  # a chat-mode reply: its text is the notes

@@ -37,7 +37,13 @@ NEW = 256
 
 
 def _episodes(
-    trigger: int | None = None, keep: int = 1, max_len: int = MAX_LEN, noise: float = 0.0, samples: int = 1
+    trigger: int | None = None,
+    keep: int = 1,
+    max_len: int = MAX_LEN,
+    noise: float = 0.0,
+    samples: int = 1,
+    strategy: str = "summarize",
+    completion: int | None = None,
 ):
     """(result, [(turn, summary?, prompt ids, sampled ids)]) of the oracle on every multi-source task."""
     tok = make_tokenizer_cached("chatml")
@@ -58,8 +64,8 @@ def _episodes(
                     fed.append((req.turn, req.summary, list(req.prompt_ids), ids))
                     return Generation(ids, [-0.01 * (i + 1) for i in range(len(ids))])
 
-                policy = ContextPolicy("summarize", trigger, keep)
-                limits = Limits(max_new_tokens=NEW, max_len=max_len, context=policy)
+                policy = ContextPolicy(strategy, trigger, keep)  # type: ignore[arg-type]
+                limits = Limits(NEW, max_len, completion, context=policy)
                 res = await run_episode(
                     env, EpisodeSpec(f"{t.id}/{s}", t, s), gen, expander=exp, limits=limits
                 )
@@ -249,3 +255,19 @@ def test_stored_summarized_trajectories_replay_to_the_same_rows(summarized, tmp_
         and row is not None
         and "restarted from the task with the policy's notes" in (row.note or "")
     )
+
+
+@pytest.mark.parametrize("strategy", ["drop_observations", "summarize"])
+def test_max_completion_tokens_counts_from_each_segments_first_prompt(strategy):
+    """An engine's fixed response length (``max_completion_tokens``, verl's ``response_length``)
+    bounds each segment's row — its own response — not the episode: a rewrite starts a new budget,
+    so the long tasks are still answered and no row's response passes the budget."""
+    budget = 1600
+    exp, episodes = _episodes(trigger=1024, strategy=strategy, completion=budget)
+    assert all(normalized_reward(res.trajectory) >= 0.999 for res, _ in episodes)
+    for res, fed in episodes:
+        segs = segments(res.trajectory)
+        rows = expand_segments(exp, res.trajectory, reward=1.0)
+        for k, row in enumerate(rows):
+            own = [p for turn, notes, p, _ in fed if _row_of(segs, turn, notes) == k]
+            assert own and len(row) - len(own[0]) <= budget, (res.trajectory.id, k)
