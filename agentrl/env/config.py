@@ -109,6 +109,11 @@ class EnvConfig(_Strict):
     (needs ``judge_model``), and ``deterministic`` refuses it (a config error at ``reset``)."""
     judge_model: str | None = None
     judge_api_base: str | None = None
+    turn_credit: Literal["none", "evidence"] = "none"
+    """Per-turn credit (docs/training.md, "Turn credit"). ``evidence``: a scored episode records in
+    ``info["turn_credit"]`` the share of its reward each assistant turn earned by opening the page
+    that printed a figure the report was paid for (``agentrl.judge.credit``); the expander moves that
+    share from the outcome onto the turn, so the episode's total is unchanged. ``none``: no credit."""
     system_prompt: str | None = None
     """Overrides the built-in system prompt; ``{date}`` and ``{tools}`` are filled in."""
 

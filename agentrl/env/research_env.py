@@ -23,7 +23,7 @@ import gymnasium
 from agentrl.env.backends import Page, ToolFailure, make_backends
 from agentrl.env.config import EnvConfig, load_env_config
 from agentrl.env.parser import FOREIGN_FORMATS, parse_turn
-from agentrl.env.reward import is_deterministic, rubric_for, score_report, score_trajectory_llm
+from agentrl.env.reward import is_deterministic, rubric_for, score_report, score_trajectory_llm, turn_credit
 from agentrl.env.spaces import FreeText
 from agentrl.env.suite import Task, load_suite
 from agentrl.env.tools import (
@@ -337,13 +337,16 @@ class ResearchEnv(gymnasium.Env[str, str]):
             # The task's rubric travels with the trajectory, so ``agentrl judge`` and replays need no suite.
             "rubric": self._rubric_mapping(),
         }
-        return Trajectory(
+        traj = Trajectory(
             id=id or self.task.id,
             task_id=self.task.id,
             messages=list(self.messages),
             reward=reward,
             info=info,
         )
+        if self.config.turn_credit == "evidence":  # what each turn earned; record_reward keeps it current
+            traj.info["turn_credit"] = turn_credit(traj, self.rubric)
+        return traj
 
     def _rubric_mapping(self) -> dict[str, Any]:
         assert self.task is not None

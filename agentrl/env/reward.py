@@ -2,7 +2,9 @@
 
 Deterministic rubrics are scored at once (synchronously, no I/O). A rubric with LLM criteria is
 either scored inline (a blocking call to the LLM judge) or left to the rollout's batched judge;
-``score_report`` then returns None and the caller marks the episode ``needs_judge``.
+``score_report`` then returns None and the caller marks the episode ``needs_judge``. With
+``turn_credit: evidence``, ``turn_credit`` splits the reward's figure criteria over the turns that
+read them (recomputed by ``record_reward`` whenever a judge records a reward later).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from agentrl.trajectory import RewardBreakdown, Trajectory
 
-__all__ = ["is_deterministic", "rubric_for", "score_report", "score_trajectory_llm"]
+__all__ = ["is_deterministic", "rubric_for", "score_report", "score_trajectory_llm", "turn_credit"]
 
 
 def _judge():
@@ -64,6 +66,14 @@ def score_report(
 
         evidence = evidence_of(trajectory)
     return score_deterministic(rubric, report, prompt=prompt, evidence=evidence)
+
+
+def turn_credit(trajectory: Trajectory, rubric) -> list[float]:
+    """The share of the trajectory's reward each assistant turn earned by reading a rewarded figure
+    (``agentrl.judge.credit``; all 0 while the reward is missing): the env's ``turn_credit: evidence``."""
+    from agentrl.judge.credit import evidence_turn_credit
+
+    return evidence_turn_credit(trajectory, rubric, trajectory.reward)
 
 
 def score_trajectory_llm(

@@ -11,6 +11,7 @@ first LLM call, never here, so importing this package is cheap.
 
 from agentrl.judge.cache import VerdictCache
 from agentrl.judge.config import JudgeConfig
+from agentrl.judge.credit import evidence_turn_credit
 from agentrl.judge.evidence import Evidence, evidence_of
 from agentrl.judge.graders import find_numbers, grade_criterion, score_deterministic
 from agentrl.judge.llm import Judge, make_judge, score_trajectories
@@ -42,6 +43,7 @@ __all__ = [
     "breakdown",
     "build_messages",
     "evidence_of",
+    "evidence_turn_credit",
     "find_numbers",
     "grade_criterion",
     "load_rubric",

@@ -37,6 +37,7 @@ __all__ = [
     "figure_holds",
     "figures",
     "normalize_url",
+    "prints_figure",
 ]
 
 # A number with an optional currency sign before it and an optional scale word after it.
@@ -91,11 +92,13 @@ def normalize_url(url: str) -> str:
 
 @dataclass(frozen=True)
 class Observation:
-    """One tool result the agent saw: the tool, the URLs naming it (``open_url`` only) and its text."""
+    """One tool result the agent saw: the tool, the URLs naming it (``open_url`` only), its text and
+    the assistant turn (0-based) whose call it answers (turn credit reads it: ``agentrl.judge.credit``)."""
 
     tool: str
     urls: frozenset[str]
     text: str
+    turn: int = -1
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,11 @@ def _is_error(text: str) -> bool:
 def evidence_of(trajectory: Trajectory | Sequence[Message]) -> Evidence:
     """The tool results of an episode (a ``Trajectory`` or its messages), read off the messages."""
     messages = trajectory.messages if isinstance(trajectory, Trajectory) else trajectory
-    calls: dict[str, tuple[str, str]] = {}
+    calls: dict[str, tuple[str, str, int]] = {}
+    turn = -1
     for m in messages:
         if m.role == "assistant":
+            turn += 1
             for c in m.tool_calls or []:
                 url = ""
                 if c.function.name == "open_url":
@@ -142,7 +147,7 @@ def evidence_of(trajectory: Trajectory | Sequence[Message]) -> Evidence:
                     except ValueError:
                         args = None
                     url = args.get("url", "") if isinstance(args, dict) else ""
-                calls[c.id] = (c.function.name, url if isinstance(url, str) else "")
+                calls[c.id] = (c.function.name, url if isinstance(url, str) else "", turn)
     out: list[Observation] = []
     for m in messages:
         if m.role != "tool" or (m.tool_call_id or "") not in calls:
@@ -150,11 +155,11 @@ def evidence_of(trajectory: Trajectory | Sequence[Message]) -> Evidence:
         text = m.text
         if _is_error(text):
             continue
-        name, url = calls[m.tool_call_id or ""]
+        name, url, at = calls[m.tool_call_id or ""]
         urls: set[str] = set()
         if name == "open_url":
             urls = {normalize_url(u) for u in (url, *_URL_LINE.findall(text[:2000])) if u}
-        out.append(Observation(name, frozenset(urls), text))
+        out.append(Observation(name, frozenset(urls), text, at))
     return Evidence(tuple(out))
 
 
@@ -171,6 +176,13 @@ def _candidates(numbers: Iterable[Number], amounts_only: bool) -> list[float]:
     return [n.value for n in numbers if (n.amount if amounts_only else not n.year)]
 
 
+def prints_figure(g: FigureGrader, text: str) -> bool:
+    """Whether ``text`` (a tool result) prints the figure ``g`` asks for, up to its tolerances: the
+    one test of "a page printed it", shared by the grader and turn credit."""
+    target, tol = _tol(g)
+    return any(_same(x, target, tol) for x in _candidates(_numbers(text), bool(g.unit)))
+
+
 def figure_holds(g: FigureGrader, report: str, evidence: Evidence) -> bool:
     """The ``figure`` grader (see ``FigureGrader``)."""
     target, tol = _tol(g)
@@ -180,9 +192,7 @@ def figure_holds(g: FigureGrader, report: str, evidence: Evidence) -> bool:
     seen = sorted(_candidates(evidence.seen_numbers(), bool(g.unit)))
     if g.sourced and not any(_same(x, target, tol) for x in seen):
         return False
-    if g.opened and not any(
-        _same(x, target, tol) for p in evidence.pages for x in _candidates(_numbers(p.text), bool(g.unit))
-    ):
+    if g.opened and not any(prints_figure(g, p.text) for p in evidence.pages):
         return False  # seen in a search snippet at most: the page that prints it was never opened
     lo, hi = sorted((target / g.band, target * g.band))
     # Another figure for the same quantity (near it) that no tool result gave: a guess, or a spray.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, MissingSetting
+from agentrl.judge.credit import TURN_CREDIT, evidence_turn_credit
 from agentrl.judge.rubric import Rubric, load_rubric, parse_rubric
 from agentrl.trajectory import RewardBreakdown, Trajectory
 
@@ -53,8 +54,12 @@ def rubric_record(rubric: Rubric) -> dict[str, Any]:
 
 def record_reward(trajectory: Trajectory, reward: RewardBreakdown, rubric: Rubric) -> None:
     """Put ``reward`` on ``trajectory`` (in place) with the rubric that produced it: its content in
-    ``info["rubric"]`` (the reward holds its id and hash), and the episode no longer waits for the judge."""
+    ``info["rubric"]`` (the reward holds its id and hash), and the episode no longer waits for the judge.
+    A trajectory that carries turn credit (``info["turn_credit"]``, the env's ``turn_credit:
+    evidence``) gets it again from the new reward, so a re-judged episode never keeps stale credit."""
     trajectory.reward = reward
     trajectory.info["rubric"] = rubric_record(rubric)
+    if TURN_CREDIT in trajectory.info:
+        trajectory.info[TURN_CREDIT] = evidence_turn_credit(trajectory, rubric, reward)
     if "needs_judge" in trajectory.info:
         trajectory.info["needs_judge"] = False

@@ -42,6 +42,16 @@ class _Piece:
     stop_first: bool = False  # a retokenized turn's stop token may open this piece
 
 
+#: Turn credit and the outcome it comes out of are placed on multiples of this step, so a row's
+#: float32 scores sum to the same number in any order while |partial sums| < 16: equal rewards stay
+#: equal (a group-normalised estimator keeps a group of ties at advantage 0).
+_GRID = 2.0**-20
+
+
+def _on_grid(x: float) -> float:
+    return round(float(x) / _GRID) * _GRID
+
+
 class Expander:
     """Turn trajectories into ``TokenizedTrajectory`` rows with one chat template.
 
@@ -358,27 +368,39 @@ class Expander:
     ) -> tuple[np.ndarray, bool]:
         """``token_level_scores`` ``[L]`` for a (possibly cut) row, and whether the trajectory reward
         was placed: each turn reward on its turn's last policy token, the trajectory reward (``reward``
-        or ``reward.total``) on the row's last policy token, never on a masked token."""
+        or ``reward.total``) on the row's last policy token, never on a masked token. Turn credit
+        (``info["turn_credit"]``, ``agentrl.judge.credit``) is a share of the trajectory reward, not
+        an addition: each turn's goes on its last policy token and what the row placed of it is taken
+        off the trajectory reward, so the row's scores sum to what they sum to without it."""
         scores = np.zeros(len(loss), dtype=np.float32)
         turn_rewards = turn_rewards if turn_rewards is not None else traj.info.get("turn_rewards")
         n_turns = sum(1 for m in traj.messages if m.role == "assistant")
-        if turn_rewards is not None:
-            if len(turn_rewards) != n_turns:
+        for key, values in (("turn_rewards", turn_rewards), ("turn_credit", traj.info.get("turn_credit"))):
+            if values is not None and len(values) != n_turns:
                 raise TrajectoryFormatError(
-                    f"trajectory {traj.id!r}: turn_rewards has {len(turn_rewards)} entries for {n_turns} "
-                    "assistant turns; give one reward per assistant message"
+                    f"trajectory {traj.id!r}: {key} has {len(values)} entries for {n_turns} "
+                    "assistant turns; give one value per assistant message"
                 )
-            for k, r in enumerate(turn_rewards):
-                where = np.flatnonzero((turns == k) & (loss == 1))
-                if where.size:  # a turn cut away by max_len loses its reward
-                    scores[where[-1]] += float(r)
+        for k, r in enumerate(turn_rewards or ()):
+            where = np.flatnonzero((turns == k) & (loss == 1))
+            if where.size:  # a turn cut away by max_len loses its reward
+                scores[where[-1]] += float(r)
         total = training_reward(traj, normalize=False)  # None: not trainable (the reward contract)
         if total is None:
             return scores, False
         where = np.flatnonzero(loss == 1)
         if not where.size:  # a row with nothing sampled gets no reward
             return scores, False
-        scores[where[-1]] += float(total if reward is None else reward)
+        outcome, moved = float(total if reward is None else reward), 0.0
+        credit = traj.info.get("turn_credit")
+        if credit is not None:
+            outcome = _on_grid(outcome)
+            for k, c in enumerate(credit):
+                at = np.flatnonzero((turns == k) & (loss == 1))
+                if at.size and c:  # a turn cut away by max_len leaves its credit on the outcome
+                    scores[at[-1]] += _on_grid(c)
+                    moved += _on_grid(c)
+        scores[where[-1]] += outcome - moved  # moved: the credit this row placed on its turns
         return scores, True
 
     # ---- forks -------------------------------------------------------------------------------------

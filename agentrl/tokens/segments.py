@@ -47,7 +47,7 @@ def expand_segments(
             info["turn_rewards"] = info["turn_rewards"][offset:end] + [0.0] * (seg.closing is not None)
         if isinstance(info.get("turn_credit"), list):  # a share of the outcome: this segment's turns only
             end = len(info["turn_credit"]) if seg.end_turn is None else seg.end_turn
-            own = [c for t, c in enumerate(info["turn_credit"][:end])]
+            own = [c if t >= seg.first_turn else 0.0 for t, c in enumerate(info["turn_credit"][:end])]
             info["turn_credit"] = own[offset:] + [0.0] * (seg.closing is not None)
         part = trajectory.model_copy(update={"messages": segment_messages(trajectory, seg), "info": info})
         row = expander.expand(part, reward=reward)

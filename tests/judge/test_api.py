@@ -30,6 +30,7 @@ def test_exported_members():
         "cache",
         "client",
         "config",
+        "credit",
         "evidence",
         "formats",
         "graders",
