@@ -21,7 +21,13 @@ from agentrl.integrations.episode import (
     judge_if_needed,
     run_episode,
 )
-from agentrl.integrations.mapping import skyrl_generator_output, trl_rollout_fields, verl_output_fields
+from agentrl.integrations.mapping import (
+    SegmentedEpisodeError,
+    skyrl_generator_output,
+    trl_rollout_fields,
+    verl_output_fields,
+    verl_outputs,
+)
 from agentrl.integrations.settings import AgentSettings, expander_for, load_settings
 
 __all__ = [
@@ -29,6 +35,7 @@ __all__ = [
     "Episode",
     "GenerateFn",
     "Generation",
+    "SegmentedEpisodeError",
     "cut_after_last_policy_token",
     "expander_for",
     "judge_if_needed",
@@ -37,4 +44,5 @@ __all__ = [
     "skyrl_generator_output",
     "trl_rollout_fields",
     "verl_output_fields",
+    "verl_outputs",
 ]

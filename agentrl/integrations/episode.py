@@ -8,7 +8,12 @@ message (text decoded only for the env's parser). The finished trajectory is sco
 deterministic rubric, or our LLM judge when the env could not) and expanded by the same expander,
 so the ids, masks, logprobs and scores an adapter hands over are the expander's, never a re-render.
 
-The record is cut after its last policy token: what follows it (the template's end-of-turn tail, or
+An episode whose context the loop rewrote (``AgentSettings.context``) was sampled from prompts that
+are not prefixes of each other: it is expanded into one row per context segment
+(``agentrl.tokens.expand_segments``, ids ``ID``, ``ID#1``, ...), each with the episode's reward on
+its last policy token, and every adapter hands each row over as a sample of its own.
+
+Each record is cut after its last policy token: what follows it (the template's end-of-turn tail, or
 an observation the episode was truncated on) has no loss and nothing conditions on it, and engines
 put a scalar reward on their last response token (verl ``rm_scores``) or judge a completion by its
 last token (TRL's EOS check); after the cut those are our last policy token.
@@ -17,14 +22,15 @@ last token (TRL's EOS check); after the cut those are our last policy token.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.env import ResearchEnv
 from agentrl.env.suite import Task
+from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
 from agentrl.rollout.episode import EpisodeResult, EpisodeSpec, Generation, Limits, Request
 from agentrl.rollout.episode import run_episode as run_loop
-from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, token_trajectory
+from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, expand_segments, token_trajectory
 from agentrl.trajectory import Trajectory, training_reward
 
 __all__ = [
@@ -34,6 +40,7 @@ __all__ = [
     "cut_after_last_policy_token",
     "engine_limits",
     "engine_spec",
+    "expand_episode",
     "judge_if_needed",
     "run_episode",
     "to_episode",
@@ -48,13 +55,34 @@ GenerateFn = Callable[[list[int], int], Awaitable[Generation]]
 class Episode:
     """A finished episode: the ``trajectory`` (scored when possible), the expander's ``row`` for it
     (``[L]`` arrays), the engine-neutral ``record`` (prompt ``[P]`` + completion ``[C]``, cut
-    after the last policy token), and the seconds spent in the engine and in the env."""
+    after the last policy token), and the seconds spent in the engine and in the env.
+
+    An episode whose context was rewritten has a row and a record per context segment that sampled
+    a turn (``rows``, ``records``, in order; ``row`` and ``record`` are then the last segment's, the
+    one the episode ended in); otherwise ``rows == [row]`` and ``records == [record]``."""
 
     trajectory: Trajectory
     row: TokenizedTrajectory
     record: TokenTrajectory
     generate_s: float = 0.0
     env_s: float = 0.0
+    rows: list[TokenizedTrajectory] = field(default_factory=list)
+    records: list[TokenTrajectory] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            self.rows = [self.row]
+        if not self.records:
+            self.records = [self.record]
+        if len(self.rows) != len(self.records):
+            raise ValueError(
+                f"episode {self.trajectory.id}: {len(self.rows)} rows, {len(self.records)} records"
+            )
+
+    @property
+    def segmented(self) -> bool:
+        """Whether the episode is handed over as several samples (its context was rewritten)."""
+        return len(self.records) > 1
 
     @property
     def reward(self) -> float | None:
@@ -105,6 +133,8 @@ async def run_episode(
     max_completion_tokens: int,
     judge: Any | None = None,
     normalize: bool = True,
+    max_len: int | None = None,
+    context: ContextPolicy = NO_CONTEXT_POLICY,
 ) -> Episode:
     """Run one episode of ``task`` on ``env`` in the episode loop with ``generate`` as the policy.
 
@@ -115,7 +145,8 @@ async def run_episode(
     it, when a turn stops without a stop token (``generation_limit``) or when the budget is spent
     (``max_len``). Unanswered episodes get reward 0 with the reason (trainable); answers the env
     could not score go to ``judge`` (``agentrl.judge.Judge``), whose failures stay ``judge_error``.
-    The reward placed and handed over is ``training_reward(trajectory, normalize)``.
+    The reward placed and handed over is ``training_reward(trajectory, normalize)``. ``max_len``
+    bounds one model call and ``context`` rewrites the context before it (a segmented episode).
     """
 
     async def turn(req: Request) -> Generation:
@@ -123,9 +154,8 @@ async def run_episode(
         return await generate(req.prompt_ids, req.max_tokens)
 
     spec = engine_spec(task, seed, episode_id)
-    res = await run_loop(
-        env, spec, turn, expander=expander, limits=engine_limits(max_new_tokens, max_completion_tokens)
-    )
+    limits = engine_limits(max_new_tokens, max_completion_tokens, max_len=max_len, context=context)
+    res = await run_loop(env, spec, turn, expander=expander, limits=limits)
     return await to_episode(res, expander, judge, normalize=normalize)
 
 
@@ -134,22 +164,61 @@ def engine_spec(task: Task | str, seed: int, episode_id: str) -> EpisodeSpec:
     return EpisodeSpec(episode_id, task, seed, {"seed": seed})
 
 
-def engine_limits(max_new_tokens: int, max_completion_tokens: int) -> Limits:
-    """An adapter's limits: ``max_new_tokens`` a turn, ``max_completion_tokens`` in all."""
-    return Limits(max_new_tokens=max_new_tokens, max_completion_tokens=max_completion_tokens)
+def engine_limits(
+    max_new_tokens: int,
+    max_completion_tokens: int,
+    *,
+    max_len: int | None = None,
+    context: ContextPolicy = NO_CONTEXT_POLICY,
+) -> Limits:
+    """An adapter's limits: ``max_new_tokens`` a turn, ``max_completion_tokens`` in all (a record's
+    completion, each segment's for a rewritten episode), ``max_len`` a model call, and the context
+    policy."""
+    return Limits(
+        max_new_tokens=max_new_tokens,
+        max_completion_tokens=max_completion_tokens,
+        max_len=max_len,
+        context=context,
+    )
 
 
 async def to_episode(
     res: EpisodeResult, expander: Expander, judge: Any | None, *, normalize: bool = True
 ) -> Episode:
     """The adapters' view of a finished loop episode: the prompt ids recorded (TITO for the prompt
-    too: the expander reuses them), scored by ``judge`` when the env could not, expanded and cut.
-    The row and the record carry the reward contract's number (``training_reward`` per
-    ``normalize``), as the native trainer's batch does."""
+    too: the expander reuses them), scored by ``judge`` when the env could not, expanded (a row per
+    context segment, ``expand_segments``) and cut. Every row and record carries the reward
+    contract's number (``training_reward`` per ``normalize``), as the native trainer's batch does;
+    a segment that sampled nothing (the loop rewrote the context, then stopped) has no sample, as
+    in ``build_batch``."""
     traj = res.trajectory
     traj.info["prompt_token_ids"] = res.prompt_ids
     await judge_if_needed(traj, judge)
-    reward = training_reward(traj, normalize)
-    row = expander.expand(traj, reward=reward)
-    record = cut_after_last_policy_token(token_trajectory(row, traj, reward=reward))
-    return Episode(trajectory=traj, row=row, record=record, generate_s=res.generate_s, env_s=res.env_s)
+    return expand_episode(traj, expander, normalize=normalize, generate_s=res.generate_s, env_s=res.env_s)
+
+
+def expand_episode(
+    trajectory: Trajectory,
+    expander: Expander,
+    *,
+    normalize: bool = True,
+    generate_s: float = 0.0,
+    env_s: float = 0.0,
+) -> Episode:
+    """The ``Episode`` of a finished (scored) trajectory: its rows, one per context segment that
+    sampled a turn (``expand_segments``), and their records cut after the last policy token, all
+    with ``training_reward(trajectory, normalize)``."""
+    reward = training_reward(trajectory, normalize)
+    rows = expand_segments(expander, trajectory, reward=reward)
+    if len(rows) > 1:
+        rows = [r for r in rows if r.loss_mask.any()] or rows[:1]
+    records = [cut_after_last_policy_token(token_trajectory(r, trajectory, reward=reward)) for r in rows]
+    return Episode(
+        trajectory=trajectory,
+        row=rows[-1],
+        record=records[-1],
+        generate_s=generate_s,
+        env_s=env_s,
+        rows=rows,
+        records=records,
+    )

@@ -2,7 +2,9 @@
 
 The env (an ``env.yaml`` mapping: suite, backends, budgets), the judge (a ``JudgeConfig`` mapping,
 needed only for rubrics with LLM criteria), which reward to train on (``normalize``, as the native
-trainer's ``judge.normalize``), the per-turn token limit and the chat-template options.
+trainer's ``judge.normalize``), the per-turn token limit, the longest model call (``max_len``), how
+a long episode's context is rewritten (``context``, the native trainer's ``rollout.context``) and
+the chat-template options.
 verl passes it as the ``agentrl:`` block of its agent-loop YAML, TRL and SkyRL as a dict or path.
 """
 
@@ -13,14 +15,37 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError, TemplateError
+from agentrl.rollout.context import STRATEGIES, ContextPolicy, context_policy
 from agentrl.tokens import Expander, SamplingSpec, sampling_spec
 from agentrl.yamlload import load_yaml, read_text
 
-__all__ = ["AgentSettings", "expander_for", "load_settings"]
+__all__ = ["AgentSettings", "ContextSettings", "expander_for", "load_settings"]
+
+
+class ContextSettings(BaseModel):
+    """How the episode loop keeps a long episode within ``max_len`` (``agentrl.rollout.context``),
+    with the native trainer's ``rollout.context`` keys and defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str = "none"
+    """``none`` (an episode whose next call would pass ``max_len`` ends there) or a rewrite
+    strategy of ``agentrl.rollout.context`` (``drop_observations``: old tool results as stubs)."""
+    trigger_tokens: int | None = Field(None, ge=16)
+    """Rewrite when a prompt plus ``max_new_tokens`` would pass this (default: ``max_len``)."""
+    keep_last_turns: int = Field(1, ge=1)
+    """The tool results of the last N assistant turns stay whole."""
+
+    @field_validator("strategy")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in STRATEGIES:
+            raise ValueError(f"must be one of {', '.join(STRATEGIES)}, not {v!r}")
+        return v
 
 
 class AgentSettings(BaseModel):
@@ -38,8 +63,26 @@ class AgentSettings(BaseModel):
     trainer's ``judge.normalize``, with its default (``agentrl.trajectory.training_reward``)."""
     max_new_tokens: int = Field(1024, ge=1)
     """Token limit of one assistant turn (the engine's own response budget caps the episode)."""
+    max_len: int | None = Field(None, ge=16)
+    """Most tokens of one model call (prompt + turn): an episode whose next call would pass it ends
+    (``max_len``), and context management rewrites before it. None: no such limit (the engine's
+    response budget still ends the episode)."""
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    """How a long episode's context is rewritten (``strategy``, ``trigger_tokens``,
+    ``keep_last_turns``), as the native trainer's ``rollout.context``. A rewritten episode is
+    handed over as one sample per context segment: verl and SkyRL (step-wise) take them; TRL
+    refuses them (docs/integrations.md)."""
     template_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Options for every chat-template render, e.g. ``{enable_thinking: false}``."""
+
+    @property
+    def rewrites_context(self) -> bool:
+        """Whether episodes may be split into context segments (a strategy other than ``none``)."""
+        return self.context.strategy != "none"
+
+    def context_policy(self) -> ContextPolicy:
+        """The episode loop's ``ContextPolicy`` for ``context``."""
+        return context_policy(self.context)
 
     def make_env(self) -> ResearchEnv:
         """A fresh env (backends and indexes are shared per process, so this is cheap)."""

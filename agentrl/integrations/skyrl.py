@@ -12,7 +12,9 @@
   re-tokenized from chat history. A group with a judge failure is dropped whole and counted
   (``mapping.skyrl_generator_output``): SkyRL keeps every sample, so that is how it stays out of
   a baseline. Use it from a ``BasePPOExp.get_generator`` override
-  (``examples/skyrl/main_agentrl.py``).
+  (``examples/skyrl/main_agentrl.py``). With context management (``AgentSettings.context``) an
+  episode may be split into context segments: build it with ``step_wise=True`` under SkyRL's
+  ``generator.step_wise_trajectories=true``, and each segment is a step of its trajectory.
 
 skyrl-gym (``agentrl[skyrl]``) is imported here; skyrl-train is not needed to build either class
 (the generator is registered as a virtual subclass of its ``GeneratorInterface`` when installed).
@@ -131,7 +133,10 @@ class ResearchGenerator:
     ``inference_engine_client``: anything with SkyRL's ``async generate(InferenceEngineInput)``;
     ``tokenizer``: the policy's; ``settings``: ``AgentSettings``; ``max_completion_tokens`` caps one
     episode's response (SkyRL's ``max_generate_length``-style budget); ``sampling_params`` are used
-    when the batch brings none; ``model`` is passed to ``generate`` when set (newer clients).
+    when the batch brings none; ``model`` is passed to ``generate`` when set (newer clients);
+    ``step_wise`` (SkyRL's ``generator.step_wise_trajectories``) hands each episode over as its
+    context segments, with ``is_last_step`` (``mapping.skyrl_generator_output``). Context
+    management without ``step_wise`` is refused here, before any episode runs.
     """
 
     def __init__(
@@ -143,9 +148,17 @@ class ResearchGenerator:
         max_completion_tokens: int = 8192,
         sampling_params: dict[str, Any] | None = None,
         model: str | None = None,
+        step_wise: bool = False,
     ) -> None:
         self.client = inference_engine_client
         self.settings = load_settings(settings, source="skyrl generator settings")
+        self.step_wise = step_wise
+        if self.settings.rewrites_context and not step_wise:
+            raise ConfigError(
+                f"context.strategy={self.settings.context.strategy} splits an episode into context "
+                "segments, which SkyRL trains as steps: set generator.step_wise_trajectories=true and "
+                "build ResearchGenerator(..., step_wise=True), or use context.strategy=none"
+            )
         self.expander = expander_for(tokenizer, **self.settings.template_kwargs)
         self.judge = self.settings.make_judge()
         self.max_completion_tokens = max_completion_tokens
@@ -195,10 +208,12 @@ class ResearchGenerator:
                 max_completion_tokens=self.max_completion_tokens,
                 judge=self.judge,
                 normalize=self.settings.normalize,
+                max_len=self.settings.max_len,
+                context=self.settings.context_policy(),
             )
 
         self.episodes = list(await asyncio.gather(*(one(k) for k in range(len(prompts)))))
-        return skyrl_generator_output(self.episodes, traj_ids)
+        return skyrl_generator_output(self.episodes, traj_ids, step_wise=self.step_wise)
 
 
 def _register_virtual_subclass() -> None:

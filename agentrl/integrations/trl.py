@@ -13,6 +13,11 @@ expander lays them out, plus ``agentrl_trajectory`` for the reward function. The
 returns the env's rubric score, asks our LLM judge for answers the env could not score, and
 returns None for judge errors (TRL then gives that completion no advantage).
 
+TRL's ``rollout_func`` gives one completion per prompt, and its GRPO groups ``num_generations``
+consecutive completions, so an episode cannot become several samples: context management
+(``AgentSettings.context``, which splits a long episode into context segments) is refused with a
+``ConfigError`` that says what to do; long episodes under TRL end at ``max_len`` instead.
+
 Checked against TRL 1.16 (``rollout_func`` and ``env_mask`` are experimental there). This module
 imports no TRL: the contract is a plain callable.
 """
@@ -86,6 +91,13 @@ def make_rollout_func(
     ``mapping.trl_rollout_fields`` of the episodes, in prompt order.
     """
     cfg = load_settings(settings, source="TRL rollout settings")
+    if cfg.rewrites_context:
+        raise ConfigError(
+            f"TRL rollout settings: context.strategy={cfg.context.strategy} splits a long episode into "
+            "context segments, one training sample each, but TRL's rollout_func takes one completion "
+            "per prompt: use context.strategy=none with TRL (a long episode then ends at max_len), or "
+            "train long episodes with agentrl's trainer, verl or SkyRL step-wise (docs/integrations.md)"
+        )
     env0 = cfg.make_env()
     by_prompt: dict[str, str] = {}
     for t in env0.tasks:
@@ -132,7 +144,7 @@ async def _rollout(
     # Lock-step: each turn the live episodes' prompts go to the engine in one batch, in prompt order.
     results = await run_episodes(
         [cfg.make_env() for _ in specs], specs, generate_batch=generate_batch, expander=exp,
-        limits=engine_limits(cfg.max_new_tokens, max_completion_tokens),
+        limits=engine_limits(cfg.max_new_tokens, max_completion_tokens, max_len=cfg.max_len),
     )  # fmt: skip
     # the LLM judge runs in the reward function
     return [await to_episode(r, exp, None, normalize=cfg.normalize) for r in results]

@@ -11,6 +11,12 @@ A trajectory the judge failed on is handed over with an all-zero mask; the advan
 ``agentrl_grpo`` (``verl_advantage``, required in place of verl's group estimators) keeps it out of
 its group's baseline.
 
+An episode whose context was rewritten (``agentrl.context``) is returned as a list of outputs, one
+per context segment (``mapping.verl_outputs``): verl's v1 agent-loop worker (``trainer.use_v1``,
+verl's default since 0.7) stores them as ``{uid}_{session}_{k}``, and ``agentrl_grpo`` scores the
+session (our episode) once and gives each segment its advantage. verl's legacy worker takes one
+output per sample, so the loop refuses context management there.
+
 Needs verl >= 0.6 (``TokenOutput`` with ``log_probs``, ``AgentLoopOutput.reward_score``); checked
 against verl 0.9.1's classes. Import this module only where verl is installed.
 """
@@ -34,7 +40,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from agentrl.errors import ConfigError
 from agentrl.integrations.episode import Episode, Generation, run_episode
-from agentrl.integrations.mapping import verl_output_fields
+from agentrl.integrations.mapping import verl_outputs
 from agentrl.integrations.settings import expander_for, load_settings
 from agentrl.integrations.verl_advantage import check_estimator
 
@@ -66,13 +72,22 @@ class ResearchAgentLoop(AgentLoopBase):
         if why is not None:
             raise ConfigError(why)
         self.settings = load_settings(agentrl, source="verl agent loop config: agentrl")
+        if self.settings.rewrites_context and not _get(_get(self.config, "trainer"), "use_v1", True):
+            raise ConfigError(
+                f"agentrl.context.strategy={self.settings.context.strategy} hands verl several samples "
+                "per episode (one per context segment), which only verl's v1 trainer takes: set "
+                "trainer.use_v1=true, or agentrl.context.strategy=none"
+            )
         self.expander = expander_for(self.tokenizer, **self.settings.template_kwargs)
         self.judge = self.settings.make_judge()
         self.episode: Episode | None = None  # the last finished episode (verl builds a loop per sample)
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+    async def run(
+        self, sampling_params: dict[str, Any], **kwargs: Any
+    ) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Run one episode; ``kwargs`` are the dataset row's fields (``extra_info`` holds ``task_id``
-        and optionally ``seed``; ``index`` seeds the env otherwise)."""
+        and optionally ``seed``; ``index`` seeds the env otherwise). One output, or one per context
+        segment (in order) for an episode whose context was rewritten."""
         extra = kwargs.get("extra_info") or {}
         task_id = _get(extra, "task_id") or kwargs.get("task_id")
         if not task_id:
@@ -106,10 +121,16 @@ class ResearchAgentLoop(AgentLoopBase):
                 max_completion_tokens=int(rollout.response_length),
                 judge=self.judge,
                 normalize=self.settings.normalize,
+                max_len=self.settings.max_len,
+                context=self.settings.context_policy(),
             )
         finally:
             env.close()
         self.episode = ep
-        fields = verl_output_fields(ep)
-        metrics = AgentLoopMetrics(generate_sequences=ep.generate_s, tool_calls=ep.env_s)
-        return AgentLoopOutput(metrics=metrics, **fields)
+        outputs = [
+            AgentLoopOutput(
+                metrics=AgentLoopMetrics(generate_sequences=ep.generate_s, tool_calls=ep.env_s), **fields
+            )
+            for fields in verl_outputs(ep)
+        ]
+        return outputs if ep.segmented else outputs[0]

@@ -189,3 +189,13 @@ def test_generator_output_drops_a_group_with_a_judge_error_and_counts_it():
     objs = [SimpleNamespace(**i) for i in ids]
     assert skyrl_generator_output(episodes, objs)["loss_masks"] == out["loss_masks"]
     assert skyrl_generator_output(episodes)["loss_masks"] == out["loss_masks"]
+
+
+def test_the_generator_refuses_context_management_without_step_wise():
+    from agentrl.errors import ConfigError
+    from tests.integrations.segmented import SETTINGS as LONG
+
+    client = FakeClient(OracleEngine(tasks()))
+    with pytest.raises(ConfigError, match=r"step_wise_trajectories=true"):
+        ResearchGenerator(client, tokenizer(), LONG)
+    assert ResearchGenerator(client, tokenizer(), LONG, step_wise=True).step_wise
