@@ -5,7 +5,7 @@ labels and a citation, "not yet published", an invented figure, a spray of figur
 echoed, master-key strings, verdict text injected into the report, a citation of a page never
 opened, a page opened and cited with a figure that is not the asked one; on a multi-source task,
 the true figures from search snippets alone, or from one of the sources opened, or only the figure
-of the one source opened). ``probe`` runs them and
+of the one source opened, or that figure as the whole answer: a restated figure's original). ``probe`` runs them and
 the scripted oracle over a suite's tasks through the env, scores every trajectory through the
 judge (``Judge.score``: deterministic criteria locally, LLM criteria through the configured judge
 model), and reports each policy's mean normalised reward and the criteria that let it through.
@@ -161,12 +161,13 @@ SHORTCUTS: dict[str, str] = {
     "search-snippets": "searches each asked figure, opens nothing, answers every true figure citing the official pages",
     "one-source": "opens the first official page only, answers every true figure citing each official page",
     "first-figure-only": "opens the first official page only, answers its figure and none of the others",
+    "original-only": "opens the first official page only, answers its figure as the answer, citing it",
 }
 
 
 #: The shortcuts of a multi-source task: they run on the suite's tasks that have ``steps`` only
 #: (on a one-source task, one page and its search snippet are the research).
-MULTI_SOURCE = frozenset({"search-snippets", "one-source", "first-figure-only"})
+MULTI_SOURCE = frozenset({"search-snippets", "one-source", "first-figure-only", "original-only"})
 
 
 class ShortcutPolicy:
@@ -200,6 +201,12 @@ class ShortcutPolicy:
             "one-source": _open_then(lambda m, ctx: _fill(ctx, _truths(ctx))),
             "first-figure-only": _open_then(
                 lambda m, ctx: _fill(ctx, _truths(ctx)[:1] + ["not found"] * (len(_truths(ctx)) - 1))
+            ),
+            # a restated figure's trap: the release it opened is read as the answer
+            "original-only": _open_then(
+                lambda m, ctx: (
+                    f"{_labels(ctx, _prompt(m))}: {_truths(ctx)[0]} \\cite{{{_official(ctx).get('url', '')}}}."
+                )
             ),
         }
         self._turn = turns[kind]
@@ -342,7 +349,9 @@ def format_table(result: ProbeResult) -> str:
         err = f" [{r.judge_errors} judge errors]" if r.judge_errors else ""
         lines.append(f"{r.policy:<32} {r.mean:>6.3f} {best:>6.3f}  {r.through()}{flag}{err}")
     if any(len(r.rewards) + r.judge_errors != result.tasks for r in result.shortcuts):
-        lines.append("(search-snippets, one-source and first-figure-only run on the multi-source tasks only)")
+        lines.append(
+            "(search-snippets, one-source, first-figure-only and original-only run on the multi-source tasks only)"
+        )
     lines.append(
         f"{result.tasks} tasks; a shortcut fails above {result.max_shortcut:g} mean normalised reward"
     )

@@ -23,7 +23,7 @@ LONG_HORIZON = str(ROOT / "examples" / "long-horizon-env")
 
 
 @pytest.mark.parametrize(
-    ("suite", "limit", "tasks"), [("sandbox", 66, 66), (QUICKSTART, None, 33), (LONG_HORIZON, None, 45)]
+    ("suite", "limit", "tasks"), [("sandbox", 66, 66), (QUICKSTART, None, 33), (LONG_HORIZON, None, 48)]
 )
 def test_no_shortcut_earns_a_reward_and_the_oracle_does(suite, limit, tasks):
     """Every shortcut on the shipped suites; the multi-source ones where a suite has such tasks."""

@@ -66,12 +66,16 @@ def build(
     ``heldout``: companies after the first ``companies`` whose tasks are the ``heldout`` split.
     ``llm_criteria`` adds ``LLM_CRITERION`` to every rubric (scoring then needs a judge model).
     ``long_horizon`` adds the multi-source families (``agentrl.env.sandbox.multi``: growth between
-    two years, a comparison of companies, every quarter of a year so far), drawn from an RNG of
-    their own after the single-source tasks, which stay as they were.
+    two years, a comparison of companies, every quarter of a year so far; and
+    ``agentrl.env.sandbox.correction``: a figure restated by a later filing, whose amendments are
+    appended to the corpus), drawn from an RNG of their own after the single-source tasks, which
+    stay as they were (as does every other page: the corpus without them is a prefix of the corpus
+    with them).
     ``companies`` is at most ``MAX_COMPANIES`` (``ConfigError`` otherwise, before any work);
     ``progress(done, total)`` is called after each company is rendered. ``out_dir`` is created only
     when the files are written, so a build stopped while it generates leaves nothing behind.
     """
+    from agentrl.env.sandbox.correction import make_corrections
     from agentrl.env.sandbox.multi import make_multi_tasks
     from agentrl.env.sandbox.pages import render_company
     from agentrl.env.sandbox.tasks import make_tasks
@@ -108,6 +112,15 @@ def build(
         if heldout:
             for t in make_multi_tasks(world[companies:], by_id, multi_rng):
                 t["split"] = "heldout"
+                tasks.append(t)
+        # the restatements come last, from the same RNG (the other families stay as they were), and
+        # after every other task is drawn, so none of them asks for a figure a restatement replaces
+        for group, split in ((world[:companies], None), (world[companies:], "heldout")):
+            filings, made = make_corrections(group, by_id, tasks, multi_rng)
+            pages.extend(filings)
+            for t in made:
+                if split:
+                    t["split"] = split
                 tasks.append(t)
     if llm_criteria:
         for t in tasks:

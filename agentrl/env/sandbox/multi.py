@@ -1,6 +1,7 @@
 r"""Multi-source sandbox tasks: questions that no single page answers (``build(long_horizon=True)``).
 
-Three families, each needing two to four official releases:
+Three families here, each needing two to four official releases (the fourth, ``correction``, a
+figure restated by a later filing, is ``agentrl.env.sandbox.correction``):
 
 - ``growth``: a metric (revenue or the segment's) in the same quarter of two years, and the change
   between them in percent;
@@ -48,9 +49,10 @@ from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
 __all__ = ["FAMILIES", "MULTI_VERSION", "make_multi_tasks", "percent_re"]
 
-FAMILIES = ("growth", "compare", "year_so_far")
+#: Every multi-source family (``correction`` is built by ``agentrl.env.sandbox.correction``).
+FAMILIES = ("growth", "compare", "year_so_far", "correction")
 #: Bumped whenever the multi-source tasks a seed gives change (the sandbox cache keys on it).
-MULTI_VERSION = 1
+MULTI_VERSION = 2
 _TRIES = 8
 
 
