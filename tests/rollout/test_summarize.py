@@ -44,6 +44,7 @@ def _episodes(
     samples: int = 1,
     strategy: str = "summarize",
     completion: int | None = None,
+    long_notes: bool = False,
 ):
     """(result, [(turn, summary?, prompt ids, sampled ids)]) of the oracle on every multi-source task."""
     tok = make_tokenizer_cached("chatml")
@@ -60,7 +61,8 @@ def _episodes(
 
                 async def gen(req, fed=fed):  # type: ignore[no-untyped-def]
                     msg = await oracle.act(req.messages, req.context())
-                    ids = [*tok.encode(msg.text, add_special_tokens=False), stop][: req.max_tokens]
+                    text = msg.text + ("\n" + "pad " * 400 if req.summary and long_notes else "")
+                    ids = tok.encode(text, add_special_tokens=False)[: (req.max_tokens or 10**9) - 1] + [stop]
                     fed.append((req.turn, req.summary, list(req.prompt_ids), ids))
                     return Generation(ids, [-0.01 * (i + 1) for i in range(len(ids))])
 
@@ -262,12 +264,17 @@ def test_max_completion_tokens_counts_from_each_segments_first_prompt(strategy):
     """An engine's fixed response length (``max_completion_tokens``, verl's ``response_length``)
     bounds each segment's row — its own response — not the episode: a rewrite starts a new budget,
     so the long tasks are still answered and no row's response passes the budget."""
-    budget = 1600
+    budget = 1300  # each segment needs at most ~1200 here, a whole episode ~1650
     exp, episodes = _episodes(trigger=1024, strategy=strategy, completion=budget)
     assert all(normalized_reward(res.trajectory) >= 0.999 for res, _ in episodes)
+    if strategy == "summarize":  # notes as long as allowed: they too stay within the segment's budget
+        episodes += _episodes(trigger=1024, strategy=strategy, completion=budget, long_notes=True)[1]
     for res, fed in episodes:
         segs = segments(res.trajectory)
         rows = expand_segments(exp, res.trajectory, reward=1.0)
         for k, row in enumerate(rows):
             own = [p for turn, notes, p, _ in fed if _row_of(segs, turn, notes) == k]
-            assert own and len(row) - len(own[0]) <= budget, (res.trajectory.id, k)
+            if not row.loss_mask.any():
+                continue  # a last segment that sampled nothing (the budget ended the episode)
+            end = int(row.loss_mask.nonzero()[0][-1]) + 1  # through the last sampled token
+            assert own and end - len(own[0]) <= budget, (res.trajectory.id, k)
