@@ -166,8 +166,8 @@ def test_rescoring_recomputes_the_credit_and_never_keeps_a_stale_one(episodes):
     assert changed.info["turn_credit"] == [0.0] * len(on[0].info["turn_credit"])
 
 
-def _segmented(max_len: int = 2048, new: int = 256) -> tuple[Expander, list[Trajectory]]:
-    """The oracle in token mode with ``drop_observations``: episodes of several context segments."""
+def _segmented(strategy: str, max_len: int = 2048, new: int = 256) -> tuple[Expander, list[Trajectory]]:
+    """The oracle in token mode with context management: episodes of several context segments."""
     tok = make_tokenizer_cached("chatml")
     exp = Expander(tok, max_len=max_len)
     stop = int(tok.convert_tokens_to_ids("<|im_end|>"))
@@ -180,7 +180,7 @@ def _segmented(max_len: int = 2048, new: int = 256) -> tuple[Expander, list[Traj
         return Generation(ids, [-0.01] * len(ids))
 
     async def run() -> list[Trajectory]:
-        limits = Limits(max_new_tokens=new, max_len=max_len, context=ContextPolicy("drop_observations"))
+        limits = Limits(max_new_tokens=new, max_len=max_len, context=ContextPolicy(strategy))
         tasks = [t for t in env.tasks if t.ground_truth.get("steps")]
         return [
             (await run_episode(env, EpisodeSpec(t.id, t, 0), gen, expander=exp, limits=limits)).trajectory
@@ -190,9 +190,12 @@ def _segmented(max_len: int = 2048, new: int = 256) -> tuple[Expander, list[Traj
     return exp, asyncio.run(run())
 
 
-def test_under_context_rewrites_each_turns_credit_stays_in_its_segments_row_and_rows_keep_their_total():
-    exp, trajs = _segmented()
-    assert max(len(segments(t)) for t in trajs) >= 3
+@pytest.mark.parametrize("strategy", ["drop_observations", "summarize"])
+def test_under_context_rewrites_each_turns_credit_stays_in_its_segments_row_and_rows_keep_their_total(
+    strategy,
+):
+    exp, trajs = _segmented(strategy)
+    assert max(len(segments(t)) for t in trajs) >= 2
     for t in trajs:
         reward = normalized_reward(t)
         credit = t.info["turn_credit"]
@@ -201,13 +204,18 @@ def test_under_context_rewrites_each_turns_credit_stays_in_its_segments_row_and_
         trained = [0] * len(credit)  # the rows that train each turn
         for seg, row in zip(segments(t), rows, strict=True):
             # each row: its own turns' credit on their last tokens, the outcome less it at its end
-            own = sorted({int(k) for k in row.turn_ids[row.loss_mask == 1]})
-            assert own and own[0] >= seg.first_turn
+            # the row's turns are those of its view: after a summary, episode turn = view turn +
+            # offset, and the notes the segment wrote (its last view turn) are no episode turn
+            offset = seg.context.turn_offset(t.messages)
+            views = sorted({int(v) for v in row.turn_ids[row.loss_mask == 1]})
+            notes = views[-1] if seg.closing is not None else None
+            own = {v: v + offset for v in views if v != notes}
+            assert all(k >= seg.first_turn for k in own.values())  # (a segment may write notes only)
             want = np.zeros(len(row), dtype=np.float64)
-            for k in own:
+            for v, k in own.items():
                 trained[k] += 1
-                want[_last_token(row, k)] += credit[k]
-            want[int(np.flatnonzero(row.loss_mask)[-1])] += reward - sum(credit[k] for k in own)
+                want[_last_token(row, v)] += credit[k]
+            want[int(np.flatnonzero(row.loss_mask)[-1])] += reward - sum(credit[k] for k in own.values())
             assert row.token_level_scores == pytest.approx(want, abs=1e-6), (t.id, seg.index)
             assert float(row.token_level_scores.sum()) == pytest.approx(reward, abs=1e-6)
         assert trained == [1] * len(credit)  # every turn's credit on one row: never twice, never lost
@@ -222,3 +230,20 @@ def test_under_context_rewrites_each_turns_credit_stays_in_its_segments_row_and_
     compute_advantages(batch, AlgorithmConfig(name="grpo"), keep_groups)
     compute_advantages(base, AlgorithmConfig(name="grpo"), keep_groups)
     assert torch.allclose(batch["advantages"], base["advantages"], atol=1e-6)
+
+
+def test_replay_of_stored_trajectories_rebuilds_the_trainers_credited_scores(episodes, expander, tmp_path):
+    from agentrl.replay import rebuild_batch, resolve_settings
+    from agentrl.train.config import TrainConfig
+    from agentrl.trajectory import read_trajectories, write_trajectories
+
+    on, off = episodes
+    path = tmp_path / "step_00001.jsonl"
+    write_trajectories(path, on)
+    stored = list(read_trajectories(path))
+    assert [t.info["turn_credit"] for t in stored] == [t.info["turn_credit"] for t in on]
+    rebuilt = rebuild_batch(stored, expander, resolve_settings(TrainConfig()), pad_id=0)
+    _, want, _ = build_batch(on, expander, normalize=True, pad_id=0, device=CPU)
+    _, plain, _ = build_batch(off, expander, normalize=True, pad_id=0, device=CPU)
+    assert torch.equal(rebuilt.batch["token_level_scores"], want["token_level_scores"])
+    assert not torch.equal(want["token_level_scores"], plain["token_level_scores"])
