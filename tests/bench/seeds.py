@@ -13,9 +13,13 @@ default``), a third summation order. The config must evaluate before and after R
 ``eval_before``/``eval_after`` scorecards and their paired ``eval_gain``.
 
 Printed: one row per run (training reward first → last 20% of steps, held-out before → after with
-intervals over tasks, the paired gain with its interval and p-value, wall time, the kernel torch
-used), then per kernel setting the mean ± sd over seeds, a 95% interval of the mean over seeds
-(t), the worst seed and the slowest run. ``--check`` also marks each run against the quickstart's
+intervals over tasks, the paired gain with its interval and p-value, the held-out multi-source
+tasks' mean before → after, wall time, the kernel torch used), then per kernel setting, for the
+training reward's first and last windows and their difference and for the held-out level and gain,
+the mean ± sd over seeds, a 95% interval of the mean over seeds (t) and the worst seed; and the
+slowest run. Multi-source tasks are those of the long-horizon families
+(``agentrl.env.sandbox.multi.FAMILIES``, read from each evaluated episode's ``info["family"]``):
+on ``examples/long-horizon.yaml`` they show whether RL learns the tasks that need several pages. ``--check`` also marks each run against the quickstart's
 bar (gain ≥ 0.10 with an interval above 0, after ≥ 0.25, ≤ 600 s) and exits 1 if one misses it. A
 finished run (its ``summary.json`` exists) is read, not run again, so an interrupted benchmark
 resumes; ``--json`` writes every figure.
@@ -93,6 +97,7 @@ def run_one(config: str, seed: int, kernel: str, out: Path, sets: list[str]) -> 
     s = json.loads(summary.read_text())
     seconds = json.loads(timing.read_text())["seconds"] if timing.exists() else float("nan")
     before, after, gain = s.get("eval_before") or {}, s.get("eval_after") or {}, s.get("eval_gain") or {}
+    multi = [multi_source_mean(e.get("file")) for e in (before, after)]
     if not before.get("reward") or not after.get("reward") or "difference" not in gain:
         raise SystemExit(
             f"{summary}: no eval_before/eval_after/eval_gain: set eval.before_train and eval.at_end"
@@ -107,10 +112,29 @@ def run_one(config: str, seed: int, kernel: str, out: Path, sets: list[str]) -> 
         "after": after["reward"],
         "gain": gain["difference"],
         "p_value": gain["p_value"],
+        "multi_before": multi[0],
+        "multi_after": multi[1],
         "tasks": after["tasks"],
         "episodes": after["episodes"],
         "out": str(out),
     }
+
+
+def multi_source_mean(eval_file: str | None) -> float | None:
+    """The mean normalised reward of an evaluation's multi-source episodes (``FAMILIES``); None when
+    it has none (a suite without them) or the file is gone."""
+    from agentrl.env.sandbox.multi import FAMILIES
+    from agentrl.judge import normalized_reward
+    from agentrl.trajectory import read_trajectories
+
+    if not eval_file or not Path(eval_file).exists():
+        return None
+    rewards = [  # judge errors and unscored episodes are left out, as the evaluation leaves them
+        normalized_reward(t)
+        for t in read_trajectories(Path(eval_file))
+        if t.info.get("family") in FAMILIES and t.reward is not None and t.reward.total is not None
+    ]
+    return statistics.fmean(rewards) if rewards else None
 
 
 def _ci_over_seeds(xs: list[float]) -> tuple[float, float, float, float]:
@@ -137,26 +161,39 @@ def meets_bar(r: dict[str, Any]) -> bool:
 def table(rows: list[dict[str, Any]], check: bool) -> str:
     """Markdown: a row per run, then a summary per kernel setting."""
     f = "{:.3f}".format
-    head = "| kernel | seed | train first → last | held-out before [95% CI] | after [95% CI] | gain [95% CI] | p | time |"
-    lines = [head + (" bar |" if check else ""), "|" + "---|" * (8 + check)]
+    head = (
+        "| kernel | seed | train first → last | held-out before [95% CI] | after [95% CI] | gain [95% CI] | p "
+        "| multi-source before → after | time |"
+    )
+    lines = [head + (" bar |" if check else ""), "|" + "---|" * (9 + check)]
+    multi = lambda x: "–" if x is None else f(x)  # noqa: E731
     for r in rows:
         b, a, g = r["before"], r["after"], r["gain"]
         line = (
             f"| {r['kernel']} ({r['capability']}) | {r['seed']} | {f(r['train_first'])} → {f(r['train_last'])} "
             f"| {f(b['mean'])} [{f(b['low'])}, {f(b['high'])}] | {f(a['mean'])} [{f(a['low'])}, {f(a['high'])}] "
-            f"| {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] | {r['p_value']:.4f} | {r['seconds'] / 60:.1f} min |"
+            f"| {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] | {r['p_value']:.4f} "
+            f"| {multi(r.get('multi_before'))} → {multi(r.get('multi_after'))} | {r['seconds'] / 60:.1f} min |"
         )
         lines.append(line + (f" {'yes' if meets_bar(r) else 'NO'} |" if check else ""))
     lines.append("")
     for kernel in dict.fromkeys(r["kernel"] for r in rows):
         rs = [r for r in rows if r["kernel"] == kernel]
-        for name, key in (("held-out after", "after"), ("held-out gain", "gain")):
-            m, sd, lo, hi = _ci_over_seeds([r[key]["mean"] for r in rs])
-            worst = min(rs, key=lambda r: r[key]["mean"])
+        figures = {
+            "train first 20%": lambda r: r["train_first"],
+            "train last 20%": lambda r: r["train_last"],
+            "train gain (last − first)": lambda r: r["train_last"] - r["train_first"],
+            "held-out before": lambda r: r["before"]["mean"],
+            "held-out after": lambda r: r["after"]["mean"],
+            "held-out gain": lambda r: r["gain"]["mean"],
+        }
+        for name, value in figures.items():
+            m, sd, lo, hi = _ci_over_seeds([value(r) for r in rs])
+            worst = min(rs, key=value)
             lines.append(
                 f"- {kernel}, {name}: {m:.3f} ± {sd:.3f} over {len(rs)} seeds (95% CI of the mean "
                 f"[{lo:.3f}, {hi:.3f}]{', includes 0' if lo <= 0 <= hi else ''}); worst seed {worst['seed']}: "
-                f"{worst[key]['mean']:.3f}"
+                f"{value(worst):.3f}"
             )
         excl = sum(r["gain"]["low"] > 0 for r in rs)
         slow = max(rs, key=lambda r: r["seconds"])

@@ -359,6 +359,27 @@ def test_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert stamps == [(tmp_path / "runs" / f"avx2-seed{s}" / "summary.json").stat().st_mtime_ns for s in (0,)]
 
 
+def test_seeds_multi_source_mean(tmp_path: Path) -> None:
+    """The held-out multi-source mean: the normalised rewards of the long-horizon families' episodes
+    only, judge errors left out; None for an evaluation without such episodes or no file."""
+    from agentrl.trajectory import RewardBreakdown, Trajectory, write_trajectories
+    from tests.bench import seeds
+
+    def traj(i: int, family: str, normalized: float | None) -> Trajectory:
+        total = None if normalized is None else 2 * normalized
+        reward = RewardBreakdown(
+            total=total, normalized=normalized, status="ok" if total is not None else "judge_error"
+        )
+        return Trajectory(id=f"t{i}", task_id=f"t{i}", messages=[], info={"family": family}, reward=reward)
+
+    path = tmp_path / "step_00000.jsonl"
+    write_trajectories(path, [traj(0, "growth", 1.0), traj(1, "compare", 0.5), traj(2, "quarterly", 0.0),
+                              traj(3, "year_so_far", None), traj(4, "correction", 0.0)])  # fmt: skip
+    assert seeds.multi_source_mean(str(path)) == pytest.approx(0.5)
+    write_trajectories(path, [traj(0, "quarterly", 1.0)])
+    assert seeds.multi_source_mean(str(path)) is None and seeds.multi_source_mean(None) is None
+
+
 def test_seeds_summary_over_seeds() -> None:
     """The interval over seeds: the t quantile for n-1 degrees of freedom, the worst seed, 'includes 0'."""
     from tests.bench import seeds
@@ -366,14 +387,18 @@ def test_seeds_summary_over_seeds() -> None:
     def run(seed: int, gain: float) -> dict:
         iv = {"mean": gain, "low": gain - 0.05, "high": gain + 0.05}
         return {"seed": seed, "kernel": "default", "capability": "AVX2", "seconds": 300.0 + seed,
-                "train_first": 0.0, "train_last": 0.5, "before": iv | {"mean": 0.0},
-                "after": iv, "gain": iv, "p_value": 0.01}  # fmt: skip
+                "train_first": 0.1 * seed, "train_last": 0.5, "before": iv | {"mean": 0.0},
+                "after": iv, "gain": iv, "p_value": 0.01, "multi_before": 0.25, "multi_after": None}  # fmt: skip
 
     m, sd, lo, hi = seeds._ci_over_seeds([0.1, 0.2, 0.3])
     assert (m, sd) == pytest.approx((0.2, 0.1)) and hi - m == m - lo == pytest.approx(4.303 * 0.1 / 3**0.5)
     text = seeds.table([run(0, 0.3), run(1, -0.1), run(2, 0.2)], check=True)
     assert "worst seed 1: -0.100" in text and "includes 0" in text and "slowest seed 2: 5.0 min" in text
     assert "excludes 0 in 2 of 3 runs" in text
+    # the training reward's windows over seeds: last − first is 0.5, 0.4, 0.3 (worst: seed 2)
+    assert "train first 20%: 0.100 ± 0.100 over 3 seeds" in text and "worst seed 0: 0.000" in text
+    assert "train gain (last − first): 0.400 ± 0.100 over 3 seeds" in text and "worst seed 2: 0.300" in text
+    assert text.count("| 0.250 → – |") == 3  # the multi-source tasks' held-out mean (none after here)
     assert [seeds.meets_bar(r) for r in (run(0, 0.3), run(1, 0.05))] == [True, False]
 
 
