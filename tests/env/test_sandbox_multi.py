@@ -193,3 +193,33 @@ def test_the_derived_criteria_read_the_conclusion_where_it_is_written(world):
         not_yet = pattern(t, "not_yet")
         assert re.search(not_yet, f"{nxt} results are not published yet.")
         assert not re.search(not_yet, f"Revenue in {nxt} was strong. Other data is not available yet.")
+
+
+def test_a_change_given_both_ways_is_not_paid_for_its_direction(world):
+    """"up or down 3.2%" (or "+/-", "±", "rose or fell") would match the direction the hedge ends
+    with: the growth rubric's ``hedge`` criterion takes the derived criterion's weight back."""
+    import re
+
+    from agentrl.env.sandbox.multi import HEDGE_RE
+
+    class Hedging(OraclePolicy):
+        def __init__(self, way: str) -> None:
+            super().__init__(0.0)
+            self.way = way
+
+        async def act(self, messages, ctx):  # type: ignore[no-untyped-def]
+            msg = await super().act(messages, ctx)
+            return msg.model_copy(update={"content": re.sub(r"a change of [+-]", self.way, msg.text)})
+
+    env = ResearchEnv({"suite": str(world), "budgets": {"max_turns": 8, "max_tool_calls": 12}})
+    growth = [t for t in env.tasks if t.ground_truth.get("steps") and "-growth-" in t.id]
+    assert growth
+
+    async def run(policy) -> list:  # type: ignore[no-untyped-def]
+        return [await run_policy_episode(env, policy, t, 0, 0) for t in growth]
+
+    for way in ("a change of up or down ", "a change of +/-", "a change of \u00b1", "rose or fell by "):
+        trajs = asyncio.run(run(Hedging(way)))
+        assert all(re.search(HEDGE_RE, t.info["report"]) for t in trajs)
+        assert max(normalized_reward(t) for t in trajs) <= 0.5, way
+    assert min(normalized_reward(t) for t in asyncio.run(run(OraclePolicy(0.0)))) >= 0.999

@@ -52,7 +52,7 @@ __all__ = ["FAMILIES", "MULTI_VERSION", "make_multi_tasks", "percent_re"]
 #: Every multi-source family (``correction`` is built by ``agentrl.env.sandbox.correction``).
 FAMILIES = ("growth", "compare", "year_so_far", "correction")
 #: Bumped whenever the multi-source tasks a seed gives change (the sandbox cache keys on it).
-MULTI_VERSION = 2
+MULTI_VERSION = 3
 _TRIES = 8
 
 
@@ -67,6 +67,28 @@ _DOWN = (
     r"(?:[-\u2212]\s?|\b(?:down|fell|fall(?:en|s|ing)?|declin(?:e[ds]?|ing)|decreas(?:e[ds]?|ing)|"
     r"dropp?(?:ed|s)?|lower|shr[au]nk|los[st])\b[^.%]{0,40}?)"
 )
+
+
+_UPWORD = r"(?:up|higher|gr[eo]w(?:n|s)?|r[io]se[ns]?|increased?|gained)"
+_DOWNWORD = r"(?:down|lower|f[ae]ll(?:en|s)?|declined?|decreased?|dropped|shrank|lost)"
+#: Both directions offered for one change ("up or down 3.2%", "rose/fell", "+/-", "±"): a hedge
+#: that the direction regex alone would pay for the direction it happens to end with.
+HEDGE_RE = (
+    rf"\b{_UPWORD}\s*(?:or|and|/)\s*{_DOWNWORD}\b|\b{_DOWNWORD}\s*(?:or|and|/)\s*{_UPWORD}\b"
+    r"|\+\s*/\s*[-\u2212]|[-\u2212]\s*/\s*\+|\u00b1"
+)
+
+
+def hedge_criterion() -> dict[str, Any]:
+    """The negative criterion of a change given both ways (``HEDGE_RE``): it takes back the
+    derived criterion's weight."""
+    return {
+        "id": "hedge",
+        "kind": "negative",
+        "weight": -1.3,
+        "text": "Offers both directions for the change (up or down) instead of the one it found.",
+        "grader": {"type": "regex", "pattern": HEDGE_RE},
+    }
 
 
 def percent_re(pct: float) -> str:
@@ -168,6 +190,7 @@ def _growth(
         steps,
         _sources(pages, c, [a, b]),
     )
+    rubric["criteria"].append(hedge_criterion())
     cap = mlabel[0].upper() + mlabel[1:]
     report = (
         f"{cap} was <FIGURE1> in {a.label} \\cite{{<URL1>}} and <FIGURE2> in {b.label} \\cite{{<URL2>}}: "
