@@ -4,9 +4,10 @@ A multi-source task (``ground_truth.steps``, ``agentrl.env.sandbox.multi``) is s
 search the step's query, open its source, and so on for every step, then answer with the report
 template's ``<FIGUREk>`` and ``<URLk>`` filled from the k-th page opened.
 
-With ``noise`` = p it opens, with probability p per episode, one of the task's distractors (a
-gossip page or an analyst preview visible at the task date *and listed in its search results*)
-instead of the official release, and states that page's figure as fact, so rewards spread the way a
+With ``noise`` = p it opens, with probability p per episode (per step of a multi-source task), one
+of the task's distractors (a gossip page or an analyst preview, or the superseded 10-Q of a
+restatement, visible at the task date *and listed in its search results*) instead of the official
+source, and states that page's figure as fact, so rewards spread the way a
 real policy's would. It never opens a URL it has not seen: a demonstration that did would teach a
 model to invent URLs (when no distractor was listed, it opens the official release). At noise 0 it
 scores the rubric maximum on every sandbox task. Its turns are Hermes ``<tool_call>`` text (or
