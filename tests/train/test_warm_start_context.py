@@ -156,3 +156,20 @@ def test_the_trainer_plays_the_warm_start_oracle_through_its_context_policy(tmp_
     turns = [m.token_ids for t in drop.sft_data for m in t.messages if m.role == "assistant"]
     assert all(ids and len(ids) <= 128 and ids[-1] in drop.stop_ids for ids in turns)
     assert max(len(r) for r in sft_rows(drop.expander, drop.sft_data)) <= 1280
+
+
+def test_the_long_horizon_example_needs_and_has_context_management():
+    """``examples/long-horizon.yaml`` trains on the long-horizon suite with its env's turn budget,
+    drops old observations, evaluates on the held-out companies before and after RL, and its
+    ``max_len`` is one the oracle needs a rewrite for (measured in the test above at the tests'
+    tokenizer's scale: the example's own in-process tokenizer is checked by the CPU run)."""
+    from agentrl.env.config import read_env_yaml
+    from agentrl.train.config import load_train_config
+
+    cfg = load_train_config(Path(SUITE).parent / "long-horizon.yaml")
+    env = read_env_yaml(Path(SUITE) / "env.yaml")
+    assert Path(cfg.rollout.suite).resolve() == Path(SUITE).resolve()
+    assert cfg.rollout.max_turns == env["budgets"]["max_turns"]
+    assert cfg.rollout.context.strategy == "drop_observations" and cfg.rollout.max_len <= 1536
+    assert cfg.sft_steps > 0 and cfg.steps > 0
+    assert (cfg.eval.split, cfg.eval.before_train, cfg.eval.at_end) == ("heldout", True, True)
