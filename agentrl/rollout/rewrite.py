@@ -7,7 +7,9 @@ result; the request goes through the episode's generate function with ``Request.
 its own seed, so a lock-step batch samples it beside the other episodes' turns), then restarts the
 context from the task with the notes and the last ``keep_last_turns`` turns. Either appends its
 record to ``rewrites`` (``info["context_segments"]``) and returns the new view; the view unchanged
-means nothing could be rewritten (the loop's ``max_len`` rule then decides).
+means nothing could be rewritten (the loop's ``max_len`` rule then decides). A summary that would
+remove no turn (``keep_last_turns`` covers every turn shown) is not asked for: the older tool
+results are stubbed instead, where there are any.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from agentrl.policy.server_reply import PROMPT_IDS
 from agentrl.rollout.turns import GenerateFn, Limits, Request, Stop, turn_finish
 from agentrl.seeds import stable_seed
 from agentrl.tokens import Expander, sampled_message
@@ -63,8 +66,9 @@ async def rewrite_context(
     segment's row, so they share its budget)."""
     policy, messages = limits.context, list(env.messages)
     keep = policy.keep_last_turns
-    if policy.strategy != "summarize":
-        return _drop(ctx, messages, keep, turn, rewrites)
+    shown_turns = [i for i, m in enumerate(messages) if m.role == "assistant" and i >= ctx.kept_from]
+    if policy.strategy != "summarize" or not shown_turns or keep_from(messages, keep) <= shown_turns[0]:
+        return _drop(ctx, messages, keep, turn, rewrites)  # (a summary would remove no turn)
     request = Message(role="user", content=SUMMARY_REQUEST)
     budget = limits.max_new_tokens or 0
 
@@ -94,6 +98,8 @@ async def rewrite_context(
         return out
     if isinstance(out, Message):  # a chat-mode reply: its text is the notes
         note = out.model_copy(update={"tool_calls": None})
+        if note.model_extra:
+            note.model_extra.pop(PROMPT_IDS, None)  # the server's prompt is not part of the notes
     else:
         ids = [int(t) for t in out.token_ids]
         note = sampled_message(expander.tokenizer, ids, out.logprobs, turn_finish(ids, stops), stops)

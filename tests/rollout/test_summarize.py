@@ -22,6 +22,7 @@ from agentrl.policy import OraclePolicy
 from agentrl.rollout.context import ContextPolicy
 from agentrl.rollout.episode import EpisodeSpec, Generation, Limits, run_episode
 from agentrl.tokens import Expander, expand_segments
+from agentrl.trajectory import Message
 from agentrl.trajectory.context import (
     SUMMARY_HEADER,
     SUMMARY_REQUEST,
@@ -62,7 +63,7 @@ def _episodes(
                 async def gen(req, fed=fed):  # type: ignore[no-untyped-def]
                     msg = await oracle.act(req.messages, req.context())
                     text = msg.text + ("\n" + "pad " * 400 if req.summary and long_notes else "")
-                    ids = tok.encode(text, add_special_tokens=False)[: (req.max_tokens or 10**9) - 1] + [stop]
+                    ids = [*tok.encode(text, add_special_tokens=False)[: (req.max_tokens or 10**9) - 1], stop]
                     fed.append((req.turn, req.summary, list(req.prompt_ids), ids))
                     return Generation(ids, [-0.01 * (i + 1) for i in range(len(ids))])
 
@@ -132,13 +133,13 @@ def test_after_a_summary_the_context_is_the_task_with_the_notes_and_the_last_tur
         traj = res.trajectory
         msgs = traj.messages
         for seg in segments(traj)[1:]:
+            if traj.info["context_segments"][seg.index - 1]["strategy"] != "summarize":
+                continue  # a drop (before the notes, or before any) keeps the view it had, with stubs
             shown = segment_messages(traj, seg)
             task = next(m for m in msgs if m.role == "user")
             head = next(m for m in shown if m.role == "user")
             assert head.text.startswith(task.text + "\n\n" + SUMMARY_HEADER + "\n")
             assert shown[0] == msgs[0] and shown[0].role == "system"
-            if traj.info["context_segments"][seg.index - 1]["strategy"] != "summarize":
-                continue  # a drop before the notes keeps the summary's view, with stubs
             # what follows the task: the last turn before the rewrite (its call and result) verbatim
             kept = seg.context.kept_from
             assert msgs[kept].role == "assistant"
@@ -264,7 +265,9 @@ def test_max_completion_tokens_counts_from_each_segments_first_prompt(strategy):
     """An engine's fixed response length (``max_completion_tokens``, verl's ``response_length``)
     bounds each segment's row — its own response — not the episode: a rewrite starts a new budget,
     so the long tasks are still answered and no row's response passes the budget."""
-    budget = 1300  # each segment needs at most ~1200 here, a whole episode ~1650
+    # drop_observations: a segment needs at most ~1070 here, a whole episode ~1550; summarize: the
+    # first segment (two turns, then the notes) ~1620, so long notes must be cut to the budget's rest
+    budget = {"drop_observations": 1300, "summarize": 1650}[strategy]
     exp, episodes = _episodes(trigger=1024, strategy=strategy, completion=budget)
     assert all(normalized_reward(res.trajectory) >= 0.999 for res, _ in episodes)
     if strategy == "summarize":  # notes as long as allowed: they too stay within the segment's budget
@@ -278,3 +281,42 @@ def test_max_completion_tokens_counts_from_each_segments_first_prompt(strategy):
                 continue  # a last segment that sampled nothing (the budget ended the episode)
             end = int(row.loss_mask.nonzero()[0][-1]) + 1  # through the last sampled token
             assert own and end - len(own[0]) <= budget, (res.trajectory.id, k)
+
+
+def test_a_summary_is_asked_only_where_it_removes_a_turn(summarized):
+    """Notes that would keep every turn shown (the first rewrite with ``keep_last_turns: 1``, or a
+    ``keep_last_turns`` above the turns) only lengthen the context: none is asked for."""
+    _, episodes = summarized
+    for res, _ in episodes:
+        msgs, start = res.trajectory.messages, 0
+        for r in res.trajectory.info["context_segments"]:
+            if r["strategy"] == "summarize":
+                assert any(m.role == "assistant" for m in msgs[start : r["kept_from"]])
+                start = r["kept_from"]
+    _, keep_all = _episodes(trigger=1024, keep=20)
+    assert not [f for _, fed in keep_all for f in fed if f[1]]
+
+
+def test_chat_mode_notes_keep_no_server_prompt():
+    """A generate function that answers the summary request with a chat ``Message`` carrying the
+    server's prompt ids: the record keeps the notes only."""
+    from agentrl.policy.server_reply import PROMPT_IDS
+
+    tok = make_tokenizer_cached("chatml")
+    exp, stop = Expander(tok, max_len=MAX_LEN), int(tok.convert_tokens_to_ids("<|im_end|>"))
+    env = ResearchEnv({"suite": SUITE})
+    task = next(t for t in env.tasks if t.ground_truth.get("steps"))
+    oracle = OraclePolicy(0.0)
+
+    async def gen(req):  # type: ignore[no-untyped-def]
+        msg = await oracle.act(req.messages, req.context())
+        if req.summary:
+            return Message.model_validate({"role": "assistant", "content": msg.text, PROMPT_IDS: [1, 2, 3]})
+        ids = [*tok.encode(msg.text, add_special_tokens=False), stop]
+        return Generation(ids, [0.0] * len(ids))
+
+    limits = Limits(NEW, MAX_LEN, context=ContextPolicy("summarize", 1024))
+    res = asyncio.run(run_episode(env, EpisodeSpec("t", task, 0), gen, expander=exp, limits=limits))
+    notes = [r["summary"] for r in res.trajectory.info["context_segments"] if r["strategy"] == "summarize"]
+    assert notes and all(PROMPT_IDS not in n for n in notes)
+    assert normalized_reward(res.trajectory) >= 0.999
