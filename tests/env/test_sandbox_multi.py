@@ -195,12 +195,37 @@ def test_the_derived_criteria_read_the_conclusion_where_it_is_written(world):
         assert not re.search(not_yet, f"Revenue in {nxt} was strong. Other data is not available yet.")
 
 
-def test_a_change_given_both_ways_is_not_paid_for_its_direction(world):
-    """"up or down 3.2%" (or "+/-", "±", "rose or fell") would match the direction the hedge ends
-    with: the growth rubric's ``hedge`` criterion takes the derived criterion's weight back."""
+@pytest.mark.parametrize(
+    ("text", "hedge"),
+    [
+        ("up or down 3.3%", True),
+        ("rose/fell 3.3%", True),
+        ("+/-3.3%", True),
+        ("\u00b1 3.3%", True),
+        ("it grew 3.3% or fell 3.3%.", True),
+        ("a change of +3.3% or -3.3%.", True),
+        ("it fell 3.3%, or rose 3.3%.", True),
+        ("it rose (or fell) 3.3%.", True),
+        ("it increased or maybe decreased 3.3%.", True),
+        ("a change of +3.3%.", False),
+        ("Revenue fell in Q1 but grew 3.3% year over year.", False),  # the change is the rise
+        ("Revenue grew and net income fell 2%; a change of +3.3%.", False),
+    ],
+)
+def test_a_hedge_is_both_directions_of_the_change(text, hedge):
     import re
 
-    from agentrl.env.sandbox.multi import HEDGE_RE
+    from agentrl.env.sandbox.multi import hedge_re
+
+    assert bool(re.search(hedge_re(3.3), text)) is hedge
+    if not hedge:  # and the honest ones are paid their direction
+        assert re.search(percent_re(3.3), text) and not re.search(percent_re(-3.3), text)
+
+
+def test_a_change_given_both_ways_is_not_paid_for_its_direction(world):
+    """A report that gives the change both ways would match the direction regex for the direction
+    it happens to name: the growth rubric's ``hedge`` criterion takes the derived weight back."""
+    import re
 
     class Hedging(OraclePolicy):
         def __init__(self, way: str) -> None:
@@ -209,7 +234,9 @@ def test_a_change_given_both_ways_is_not_paid_for_its_direction(world):
 
         async def act(self, messages, ctx):  # type: ignore[no-untyped-def]
             msg = await super().act(messages, ctx)
-            return msg.model_copy(update={"content": re.sub(r"a change of [+-]", self.way, msg.text)})
+            return msg.model_copy(
+                update={"content": re.sub(r"a change of ([+-])(\d+\.\d)%", self.way, msg.text)}
+            )
 
     env = ResearchEnv({"suite": str(world), "budgets": {"max_turns": 8, "max_tool_calls": 12}})
     growth = [t for t in env.tasks if t.ground_truth.get("steps") and "-growth-" in t.id]
@@ -218,8 +245,10 @@ def test_a_change_given_both_ways_is_not_paid_for_its_direction(world):
     async def run(policy) -> list:  # type: ignore[no-untyped-def]
         return [await run_policy_episode(env, policy, t, 0, 0) for t in growth]
 
-    for way in ("a change of up or down ", "a change of +/-", "a change of \u00b1", "rose or fell by "):
+    ways = (r"a change of up or down \2%", r"it grew \2% or fell \2%", r"a change of +\2% or -\2%",
+            r"it rose (or fell) \2%", r"it increased or maybe decreased \2%", "a change of \u00b1\\2%")  # fmt: skip
+    for way in ways:
         trajs = asyncio.run(run(Hedging(way)))
-        assert all(re.search(HEDGE_RE, t.info["report"]) for t in trajs)
+        assert all("hedge" in [c.id for c in t.reward.criteria if c.score] for t in trajs), way
         assert max(normalized_reward(t) for t in trajs) <= 0.5, way
     assert min(normalized_reward(t) for t in asyncio.run(run(OraclePolicy(0.0)))) >= 0.999

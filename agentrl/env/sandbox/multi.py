@@ -47,12 +47,12 @@ from agentrl.env.sandbox.tasks import (
 )
 from agentrl.env.sandbox.world import YEARS, Company, Quarter, money, poss
 
-__all__ = ["FAMILIES", "MULTI_VERSION", "make_multi_tasks", "percent_re"]
+__all__ = ["FAMILIES", "MULTI_VERSION", "hedge_re", "make_multi_tasks", "percent_re"]
 
 #: Every multi-source family (``correction`` is built by ``agentrl.env.sandbox.correction``).
 FAMILIES = ("growth", "compare", "year_so_far", "correction")
 #: Bumped whenever the multi-source tasks a seed gives change (the sandbox cache keys on it).
-MULTI_VERSION = 3
+MULTI_VERSION = 4
 _TRIES = 8
 
 
@@ -62,32 +62,43 @@ def _billions(figure: str) -> float:
     return float(value) * (1000.0 if unit == "trillion" else 1.0)
 
 
-_UP = r"(?:\+\s?|\b(?:up|grew|grow(?:n|s|th)?|increas(?:e[ds]?|ing)|r[io]se|rising|higher|gain(?:ed|s)?)\b[^.%]{0,40}?)"
-_DOWN = (
-    r"(?:[-\u2212]\s?|\b(?:down|fell|fall(?:en|s|ing)?|declin(?:e[ds]?|ing)|decreas(?:e[ds]?|ing)|"
-    r"dropp?(?:ed|s)?|lower|shr[au]nk|los[st])\b[^.%]{0,40}?)"
+_UPW = r"\b(?:up|grew|grow(?:n|s|th)?|increas(?:e[ds]?|ing)|r[io]se[ns]?|rising|higher|gain(?:ed|s)?)\b"
+_DOWNW = (
+    r"\b(?:down|fell|fall(?:en|s|ing)?|declin(?:e[ds]?|ing)|decreas(?:e[ds]?|ing)|dropp?(?:ed|s)?|lower|"
+    r"shr[au]nk|los[st])\b"
 )
-
-
-_UPWORD = r"(?:up|higher|gr[eo]w(?:n|s)?|r[io]se[ns]?|increased?|gained)"
-_DOWNWORD = r"(?:down|lower|f[ae]ll(?:en|s)?|declined?|decreased?|dropped|shrank|lost)"
-#: Both directions offered for one change ("up or down 3.2%", "rose/fell", "+/-", "±"): a hedge
-#: that the direction regex alone would pay for the direction it happens to end with.
-HEDGE_RE = (
-    rf"\b{_UPWORD}\s*(?:or|and|/)\s*{_DOWNWORD}\b|\b{_DOWNWORD}\s*(?:or|and|/)\s*{_UPWORD}\b"
+# a direction, then up to 40 characters to the number with no opposite word among them ("fell in
+# Q1 but grew 3.3%" is a rise)
+_UP = rf"(?:\+\s?|{_UPW}(?:(?!{_DOWNW})[^.%]){{0,40}}?)"
+_DOWN = rf"(?:[-\u2212]\s?|{_DOWNW}(?:(?!{_UPW})[^.%]){{0,40}}?)"
+#: Both directions offered side by side ("up or down", "rose (or fell)", "increased or maybe
+#: decreased", "+/-", "±"), whatever follows.
+_SIDE_BY_SIDE = (
+    rf"{_UPW}\W*(?:or|/)(?:\W+\w+)?\W*{_DOWNW}|{_DOWNW}\W*(?:or|/)(?:\W+\w+)?\W*{_UPW}"
     r"|\+\s*/\s*[-\u2212]|[-\u2212]\s*/\s*\+|\u00b1"
 )
 
 
-def hedge_criterion() -> dict[str, Any]:
-    """The negative criterion of a change given both ways (``HEDGE_RE``): it takes back the
+def hedge_re(pct: float) -> str:
+    """A regex for a change of ``pct`` percent given both ways: the rise and the fall of its size
+    both stated anywhere in the report (``grew 3.3% or fell 3.3%``, ``+3.3% or -3.3%``), or both
+    directions offered side by side (``up or down 3.3%``, ``+/-``, ``±``). The direction regex alone
+    would pay such a hedge for the direction it happens to name."""
+    if round(pct, 1) == 0.0:  # a change of 0.0 needs no direction, so it has none to hedge
+        return _SIDE_BY_SIDE
+    up, down = percent_re(abs(pct)), percent_re(-abs(pct))
+    return rf"\A(?=[\s\S]*?{up})(?=[\s\S]*?{down})|{_SIDE_BY_SIDE}"
+
+
+def hedge_criterion(pct: float) -> dict[str, Any]:
+    """The negative criterion of a change given both ways (``hedge_re``): it takes back the
     derived criterion's weight."""
     return {
         "id": "hedge",
         "kind": "negative",
         "weight": -1.3,
         "text": "Offers both directions for the change (up or down) instead of the one it found.",
-        "grader": {"type": "regex", "pattern": HEDGE_RE},
+        "grader": {"type": "regex", "pattern": hedge_re(pct)},
     }
 
 
@@ -190,7 +201,7 @@ def _growth(
         steps,
         _sources(pages, c, [a, b]),
     )
-    rubric["criteria"].append(hedge_criterion())
+    rubric["criteria"].append(hedge_criterion(pct))
     cap = mlabel[0].upper() + mlabel[1:]
     report = (
         f"{cap} was <FIGURE1> in {a.label} \\cite{{<URL1>}} and <FIGURE2> in {b.label} \\cite{{<URL2>}}: "
