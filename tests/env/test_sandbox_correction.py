@@ -77,8 +77,8 @@ def test_the_amendment_comes_after_the_release_and_the_annual_report_and_prints_
         )
         assert f"Net income for {qt.label} was {original}." in pages[release["id"]]["body"]
         body = pages[amended["id"]]["body"]
-        assert f"as restated: {restated}. It replaces the {original} first reported" in body[:400]
-        assert set(_MONEY.findall(body)) == {original, restated}
+        assert f"as restated: {restated}. It replaces the figure first reported" in body[:400]
+        assert set(_MONEY.findall(body)) == {restated}  # the original is read from the release
         # no other page about the quarter or its year prints the restated figure: only the
         # amendment supports it
         about = [*source_ids(world_cos[slug], qt).values()]
@@ -177,10 +177,17 @@ def test_the_rubrics_regexes_lint_clean(world):
         ),
         ("Net income was originally $1.2 billion. It was restated to $1.4 billion.", 1, 0),
         ("The amended 10-Q revised net income to $1.4 billion from $1.2 billion.", 1, 0),
-        ("Net income was $1.2 billion, later restated to $1.4 billion.", 0, 0),
+        ("Net income was $1.2 billion, later restated to $1.4 billion.", 1, 0),
+        ("Net income is $1.4 billion (restated); it was first reported as $1.2 billion.", 1, 0),
         ("Net income was $1.2 billion \\cite{a}.", 0, 1),
         ("Net income was $1.2 billion. A later filing restated it to $1.4 billion.", 0, 1),
-        ("Net income was restated to $1.2 billion, replacing $1.4 billion.", 0, 0),  # swapped: no pay
+        ("Net income was restated to $1.2 billion, replacing $1.4 billion.", 0, 1),  # swapped
+        (
+            "Net income, revised from the release, is $1.2 billion; the figure first reported was $1.4 billion.",
+            0,
+            1,
+        ),
+        ("Net income is $1.2 billion (restated).", 0, 1),
         ("It was restated.\nNet income: $1.2 billion", 0, 1),
         ("Net income was $1.4 billion (restated).", 0, 0),
     ],
@@ -194,3 +201,38 @@ def test_the_original_figure_pays_as_superseded_and_costs_as_the_answer(world, r
     assert t["ground_truth"]["steps"][1]["official"]["figure"] == "$1.4 billion"
     assert bool(re.search(_pattern(t, "revised"), report)) is bool(revised)
     assert bool(re.search(_pattern(t, "superseded"), report)) is bool(superseded)
+
+
+def test_a_swapped_or_hedged_report_earns_at_most_005(world):
+    """After reading both pages: the superseded figure given as the revised one, or both figures
+    offered, earns nothing beyond the penalties (the honest report earns the maximum)."""
+    import json as _json
+
+    env = ResearchEnv({"suite": str(world), "budgets": {"max_turns": 8, "max_tool_calls": 12}})
+
+    def call(name: str, **args: str) -> str:
+        return f"<tool_call>{_json.dumps({'name': name, 'arguments': args})}</tool_call>"
+
+    def play(task, report: str) -> float:  # type: ignore[no-untyped-def]
+        env.reset(seed=0, options={"task": task})
+        for s in task.ground_truth["steps"]:
+            env.step(call("open_url", url=s["official"]["url"]))
+        env.step(call("answer", report=report))
+        return normalized_reward(env.trajectory())
+
+    tasks = [t for t in env.tasks if t.id.endswith("-restated")]
+    assert tasks
+    for t in tasks:
+        (rel, amd) = (s["official"] for s in t.ground_truth["steps"])
+        old, new, a, r = rel["figure"], amd["figure"], amd["id"], rel["id"]
+        honest = f"Net income was restated to {new} \\cite{{{a}}}; the figure first reported was {old} \\cite{{{r}}}."
+        assert play(t, honest) >= 0.999
+        aside = f"Net income was restated to {new} \\cite{{{a}}} (or {old} as first reported \\cite{{{r}}})."
+        assert play(t, aside) >= 0.999  # an "or" that introduces the original is no hedge
+        for bad in (
+            f"Net income, revised from the release, is {old} \\cite{{{a}}}; the figure first reported was {new} \\cite{{{r}}}.",
+            f"Net income was restated to {old} \\cite{{{a}}}, replacing {new} \\cite{{{r}}}.",
+            f"Net income, revised from the first reported figure, is either {old} or {new} \\cite{{{a}}} \\cite{{{r}}}.",
+            f"Net income was restated to {new} or {old} \\cite{{{a}}}; first reported as {old} \\cite{{{r}}}.",
+        ):
+            assert play(t, bad) <= 0.05, (t.id, bad)

@@ -52,11 +52,10 @@ def test_every_family_is_in_both_splits_and_the_one_source_tasks_are_unchanged(w
 
 
 def test_no_single_page_prints_every_figure_a_task_asks(world):
-    """Except a restatement's: the amended filing names the figure it replaces, as real ones do
-    (``tests/env/test_sandbox_correction.py``)."""
+    """A restatement's amended filing too: it names the release it replaces, not the figure."""
     pages = [json.loads(line) for line in (world / "corpus.jsonl").read_text().splitlines()]
     texts = [p.get("text") or p.get("html") or json.dumps(p) for p in pages]
-    for t in (t for t in _multi(world) if t["family"] != "correction"):
+    for t in _multi(world):
         figs = [s["official"]["figure"] for s in t["ground_truth"]["steps"]]
         assert len(figs) >= 2 and len(set(figs)) == len(figs), t["id"]
         assert not any(all(f in text for f in figs) for text in texts), t["id"]

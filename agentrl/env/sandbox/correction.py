@@ -2,9 +2,11 @@ r"""The ``correction`` family of multi-source tasks: a figure later corrected by
 
 A company restates one quarter's net income in an amended quarterly report (a Form 10-Q/A on its
 investor site), dated after the year's annual report: the amendment prints the restated figure and
-names the one first reported, which the results release, the 10-Q and the news still print. The
-task, dated after the amendment, asks for the quarter's net income "by its latest filings"; the
-report must give the restated figure, say it replaces the original one, and cite the amendment.
+says it replaces the figure first reported in the results release and the 10-Q, which (like the
+news) still print the original. The amendment does not print the original, so no single page
+answers the task: dated after the amendment, it asks for the quarter's net income "by its latest
+filings" and, if it was revised, the figure first reported; the report must give the restated
+figure as the answer, the original as the one first reported, and cite the amendment.
 
 Net income is the figure restated because nothing else derives from it: revenue sums into the
 full year (the Q4 release, the annual report) and the multi-source families ask for revenue and
@@ -14,12 +16,16 @@ that no other task asks for, with the figure first reported, at a date on or aft
 on no other page about the quarter or its year, so only the amendment supports it.
 
 The rubric follows the other multi-source families (best report 2.5; partial research at most
-0.04 normalised): the restated and the original figure (0.1 each, ``opened: true``); that the
-figure was revised, with the original introduced as such (1.3, requires both figures); honest
-citations (``cited_source``, 0.5, requires both figures) and a citation of the amendment (0.5,
-requires the restated figure, so only an agent that opened the amendment earns it); and −1.0 for
-stating the original figure as the answer (in a sentence with no word that marks it as revised or
-first reported). Reading the release alone earns the original figure's share, 0.04.
+0.04 normalised): the restated and the original figure (0.1 each, ``opened: true``); ``revised``
+(1.3, requires both figures): the restated figure given as the revised one (after "restated",
+"revised", … or followed by "(restated)") and the original introduced as first reported ("first
+reported", "originally", "from", … before it, or "as first reported", "later restated" after it);
+honest citations (``cited_source``, 0.5) and a citation of the amendment (0.5), both requiring both
+figures; −1.2 for stating the original as the answer (in a sentence with no word that marks it as
+revised or first reported, or introduced as the revised figure: "restated to", "revised …, is");
+and −2.5 (all a report can earn) for offering both figures as the answer ("either $1.2 billion or
+$1.4 billion"). A swapped or hedged report so earns nothing; reading one page earns its figure's
+share, 0.04.
 
 The ground truth's two ``steps`` (the release, then the amendment) let the oracle solve it the way
 it solves the other families (``agentrl.policy.oracle``).
@@ -51,9 +57,22 @@ _TRIES = 16
 _MONEY = re.compile(r"\$\d+(?:\.\d+)? (?:billion|trillion)")
 #: Words that mark a figure as revised or superseded in the sentence that gives it.
 _REVISED = r"\b(?:restat|revis|correct|amend)\w*"
+#: Words that introduce the figure first reported.
 _OLD = (
     r"\b(?:original(?:ly)?|initial(?:ly)?|previous(?:ly)?|prior|earlier|first[\s-]+(?:reported|published|"
     r"released|stated|given)|replac(?:e[ds]?|ing)|supersed(?:e[ds]?|ing)|instead\s+of|from)\b"
+)
+#: The same, without ``from`` (which may name the release rather than the figure).
+_STRONG_OLD = (
+    r"\b(?:original(?:ly)?|initial(?:ly)?|previous(?:ly)?|prior|earlier|first[\s-]+(?:reported|published|"
+    r"released|stated|given)|replac(?:e[ds]?|ing)|supersed(?:e[ds]?|ing)|instead\s+of)\b"
+)
+#: After a figure: it is the revised one (``$1.4 billion (restated)``).
+_AS_REVISED = r"\s*\(?\s*(?:as\s+)?(?:restat|revis|correct|amend)\w*"
+#: After a figure: it is the one first reported (``$1.2 billion as first reported``, ``later restated``).
+_AS_OLD = (
+    r"[^.;]{0,30}?\b(?:(?:as\s+)?(?:originally|initially|first|previously)\s+(?:reported|published|stated)|"
+    r"later\s+(?:restat|revis|correct|amend)\w*)"
 )
 _END = r"[.!?;](?:\s|$)|\n"
 
@@ -88,13 +107,14 @@ def _last_asked(tasks: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
     return out
 
 
-def _amendment(c: Company, qt: Quarter, original: str, restated: str, day: dt.date) -> dict[str, Any]:
-    """The amended quarterly report: the restated figure and the one it replaces come first, so
-    they are on the page's first screen."""
+def _amendment(c: Company, qt: Quarter, restated: str, day: dt.date) -> dict[str, Any]:
+    """The amended quarterly report: the restated figure comes first, on the page's first screen. It
+    names the release it replaces, not the figure: that one is read from the release (or the 10-Q),
+    so no single page answers the task."""
     text = (
         f"{c.name.upper()}\nFORM 10-Q/A (AMENDMENT NO. 1)\nQUARTERLY REPORT ({qt.label})\n\n"
         f"Explanatory note\nThis amendment restates net income for {qt.label}. Net income for "
-        f"{qt.label}, as restated: {restated}. It replaces the {original} first reported in our "
+        f"{qt.label}, as restated: {restated}. It replaces the figure first reported in our "
         f"results release of {qt.release.isoformat()} and our Form 10-Q.\nRevenue and {c.segment} "
         "revenue are unchanged.\n\f\nRestatement\nThe amendment corrects the timing of expenses recognised "
         "in the quarter. The rest of the quarterly report is unchanged."
@@ -116,27 +136,40 @@ def _restated(rng: random.Random, value: float) -> float:
 
 
 def _rubric(tid: str, prompt: str, original: str, restated: str, page: dict, steps: list, srcs: dict) -> dict:
-    old = fig_re(original)
+    old, new = fig_re(original), fig_re(restated)
     tok = rf"(?:(?!{_END}|{_OLD}|{_REVISED}).)"
+    # the restated figure given as the current one; the original introduced as the one first reported
+    current = rf"{_REVISED}[^.;]{{0,40}}?{new}|{new}{_AS_REVISED}"
+    first = rf"{_OLD}[^.;]{{0,40}}?{old}|{old}{_AS_OLD}"
+    # the original given as the answer: in a sentence with no marker, or introduced as the revised one
+    as_answer = (
+        rf"(?:^|(?<=[.!?;]\s)|(?<=\n)){tok}*?{old}{tok}*(?:{_END}|$)"
+        rf"|{_REVISED}(?:(?!{_STRONG_OLD})[^.;]){{0,40}}?\b(?:to|at|as|is|was|of|now|:)\s*{old}|{old}{_AS_REVISED}"
+    )
+    # both offered as the answer: "X or Y" (not "Y, or X as first reported")
+    gap = rf"(?:(?!{_OLD})[^.;]){{0,30}}?\bor\b(?:(?!{_OLD})[^.;]){{0,30}}?"
+    both = rf"{old}{gap}{new}(?!{_AS_REVISED})|{new}{gap}{old}(?!{_AS_OLD})"
     crit: list[dict[str, Any]] = [
         {"id": "restated", "text": f"Gives the restated net income: {restated}, as printed in a page it opened.",
          "weight": 0.1, "grader": {**figure_grader(restated), "opened": True}},
         {"id": "original", "text": f"Names the figure first reported: {original}, as printed in a page it opened.",
          "weight": 0.1, "grader": {**figure_grader(original), "opened": True}},
         {"id": "revised", "weight": 1.3, "requires": ["restated", "original"],
-         "text": f"Says the figure was revised, giving {original} as the figure first reported.",
-         "grader": {"type": "regex", "pattern": rf"(?is)^(?=.*?{_REVISED})(?=.*?{_OLD}[^.;]{{0,40}}?{old})"}},
+         "text": f"Gives {restated} as the revised net income and {original} as the figure first reported.",
+         "grader": {"type": "regex", "pattern": rf"(?is)^(?=.*?(?:{current}))(?=.*?(?:{first}))"}},
         {"id": "citation", "weight": 0.5, "requires": ["restated", "original"],
          "text": "Cites, in \\cite{} format, for each figure a page it opened that prints it.",
          "grader": {"type": "cited_source", "sources": srcs}},
-        {"id": "cites_amendment", "weight": 0.5, "requires": ["restated"],
+        {"id": "cites_amendment", "weight": 0.5, "requires": ["restated", "original"],
          "text": "Cites the amended filing that restates the figure.",
          "grader": {"type": "regex", "pattern": r"(?i)\\cite\{[^}]*(?:" + re.escape(page["id"]) + "|"
                     + re.escape(page["url"].removeprefix("https://")) + ")"}},
-        {"id": "superseded", "kind": "negative", "weight": -1.0,
+        {"id": "superseded", "kind": "negative", "weight": -1.2,
          "text": f"States the superseded figure {original} as the quarter's net income.",
-         "grader": {"type": "regex",
-                    "pattern": rf"(?is)(?:^|(?<=[.!?;]\s)|(?<=\n)){tok}*?{old}{tok}*(?:{_END}|$)"}},
+         "grader": {"type": "regex", "pattern": rf"(?is){as_answer}"}},
+        {"id": "both_ways", "kind": "negative", "weight": -2.5,
+         "text": f"Offers {original} or {restated} as the answer instead of choosing.",
+         "grader": {"type": "regex", "pattern": rf"(?is){both}"}},
     ]  # fmt: skip
     bad = {d["figure"] for s in steps for d in s["distractors"]} - {original, restated}
     crit += rumor_criteria(bad)
@@ -149,7 +182,7 @@ def _correction(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The amendment page and its task."""
     original = money(qt.net_income)
-    page = _amendment(c, qt, original, restated, day)
+    page = _amendment(c, qt, restated, day)
     asked = day + dt.timedelta(days=rng.randint(3, 120))
     tid = f"{c.slug}-q{qt.q}-{qt.year}-net-income-restated"
     prompt = (

@@ -52,7 +52,7 @@ __all__ = ["FAMILIES", "MULTI_VERSION", "hedge_re", "make_multi_tasks", "percent
 #: Every multi-source family (``correction`` is built by ``agentrl.env.sandbox.correction``).
 FAMILIES = ("growth", "compare", "year_so_far", "correction")
 #: Bumped whenever the multi-source tasks a seed gives change (the sandbox cache keys on it).
-MULTI_VERSION = 4
+MULTI_VERSION = 5
 _TRIES = 8
 
 
