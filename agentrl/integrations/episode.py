@@ -32,6 +32,7 @@ from agentrl.rollout.episode import EpisodeResult, EpisodeSpec, Generation, Limi
 from agentrl.rollout.episode import run_episode as run_loop
 from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, expand_segments, token_trajectory
 from agentrl.trajectory import Trajectory, training_reward
+from agentrl.trajectory.context import segment_messages, segments
 
 __all__ = [
     "Episode",
@@ -68,6 +69,8 @@ class Episode:
     env_s: float = 0.0
     rows: list[TokenizedTrajectory] = field(default_factory=list)
     records: list[TokenTrajectory] = field(default_factory=list)
+    #: how each row's last sampled turn finished (``stop`` / ``length``; a segment's notes included)
+    finishes: list[str | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.rows:
@@ -209,9 +212,14 @@ def expand_episode(
     sampled a turn (``expand_segments``), and their records cut after the last policy token, all
     with ``training_reward(trajectory, normalize)``."""
     reward = training_reward(trajectory, normalize)
-    rows = expand_segments(expander, trajectory, reward=reward)
-    if len(rows) > 1:
-        rows = [r for r in rows if r.loss_mask.any()] or rows[:1]
+    pairs = list(zip(expand_segments(expander, trajectory, reward=reward), segments(trajectory), strict=True))
+    if len(pairs) > 1:
+        pairs = [(r, s) for r, s in pairs if r.loss_mask.any()] or pairs[:1]
+    rows = [r for r, _ in pairs]
+    finishes = []
+    for _, seg in pairs:  # the row's last sampled turn: the segment's last turn, or the notes it wrote
+        last = next((m for m in reversed(segment_messages(trajectory, seg)) if m.role == "assistant"), None)
+        finishes.append(None if last is None else last.finish_reason)
     records = [cut_after_last_policy_token(token_trajectory(r, trajectory, reward=reward)) for r in rows]
     return Episode(
         trajectory=trajectory,
@@ -221,4 +229,5 @@ def expand_episode(
         env_s=env_s,
         rows=rows,
         records=records,
+        finishes=finishes,
     )

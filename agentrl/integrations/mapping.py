@@ -133,11 +133,14 @@ def _skyrl_group(k: int, ep: Episode, trajectory_ids: Sequence[Any] | None) -> A
     return ("instance", inst) if inst is not None else ("task", ep.trajectory.task_id)
 
 
-def _skyrl_stop(ep: Episode, record: TokenTrajectory, last: bool) -> str:
-    """SkyRL's stop reason of a sample: ``length`` when the episode was truncated (on its last
-    sample), else the finish reason of the sample's last turn."""
+def _skyrl_stop(ep: Episode, record: TokenTrajectory, last: bool, j: int = -1) -> str:
+    """SkyRL's stop reason of sample ``j`` of ``ep``: ``length`` when the episode was truncated (on
+    its last sample), else the finish reason of the sample's last sampled turn (a segment's notes
+    included)."""
     if last and ep.record.truncated:
         return "length"
+    if ep.finishes:
+        return ep.finishes[j] or "stop"
     turns = [m for m in ep.trajectory.messages if m.role == "assistant"]
     turn = max(record.turn_ids, default=-1) if not last else len(turns) - 1
     if not 0 <= turn < len(turns):
@@ -179,6 +182,7 @@ def skyrl_generator_output(
     samples = [
         (k, r, j == len(e.records) - 1) for k, e in enumerate(episodes) for j, r in enumerate(e.records)
     ]
+    index = [j for e in episodes for j in range(len(e.records))]  # each sample's row in its episode
     dropped = [groups[k] in bad for k, _, _ in samples]
     keys = sorted({k for e in episodes for k in e.record.metrics})
     metrics = {
@@ -200,7 +204,9 @@ def skyrl_generator_output(
             [0] * len(r.loss_mask) if d else _mask(episodes[k], r)
             for (k, r, _), d in zip(samples, dropped, strict=True)
         ],
-        "stop_reasons": [_skyrl_stop(episodes[k], r, last) for k, r, last in samples],
+        "stop_reasons": [
+            _skyrl_stop(episodes[k], r, last, j) for (k, r, last), j in zip(samples, index, strict=True)
+        ],
         "rollout_metrics": metrics,
         "rollout_logprobs": [list(r.rollout_logprobs) for _, r, _ in samples],
         "trajectory_ids": None if trajectory_ids is None else [trajectory_ids[k] for k, _, _ in samples],

@@ -188,3 +188,46 @@ def test_native_grpo_on_segmented_episodes_is_grpo_over_episodes():
     want = grpo_advantages(scores, [0] * len(episodes), torch.ones(len(episodes), 1))[:, 0]
     got = torch.tensor([native[e.trajectory.id][1] for e in episodes])
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_skyrl_step_wise_stop_reasons_follow_each_rows_last_sampled_turn():
+    """A summarized episode whose notes were cut at ``max_tokens``: each step's stop reason is how
+    its row's last sampled turn finished (the notes closing it, ``length``), not a turn counted in
+    the shortened context's numbering."""
+    from agentrl.env import ResearchEnv
+    from agentrl.integrations.episode import expand_episode
+    from agentrl.policy import OraclePolicy
+    from agentrl.rollout.context import ContextPolicy
+    from agentrl.rollout.episode import EpisodeSpec, Generation, Limits
+    from agentrl.rollout.episode import run_episode as loop
+    from agentrl.tokens import Expander
+    from tests.rollout.test_summarize import SUITE
+    from tests.tokens.fixtures import make_tokenizer_cached
+
+    tok = make_tokenizer_cached("chatml")
+    exp, stop = Expander(tok, max_len=2048), int(tok.convert_tokens_to_ids("<|im_end|>"))
+    env = ResearchEnv({"suite": SUITE})
+    task = next(t for t in env.tasks if t.ground_truth.get("steps"))
+    oracle = OraclePolicy(0.0)
+
+    async def gen(req):  # type: ignore[no-untyped-def]
+        msg = await oracle.act(req.messages, req.context())
+        if req.summary:  # notes longer than allowed: cut, no stop token
+            return Generation(
+                tok.encode(msg.text + " pad" * 400, add_special_tokens=False)[: req.max_tokens], None
+            )
+        ids = [*tok.encode(msg.text, add_special_tokens=False), stop]
+        return Generation(ids, None)
+
+    limits = Limits(256, 2048, context=ContextPolicy("summarize", 1024))
+    res = asyncio.run(loop(env, EpisodeSpec("t", task, 0), gen, expander=exp, limits=limits))
+    traj = res.trajectory
+    ep = expand_episode(traj, exp)
+    out = skyrl_generator_output([ep], ["t0"], step_wise=True)
+    want = [
+        "length"
+        if s.closing is not None
+        else (next(m for m in reversed(traj.messages) if m.role == "assistant").finish_reason or "stop")
+        for s in segments(traj)
+    ]
+    assert len(want) > 1 and out["stop_reasons"] == want
