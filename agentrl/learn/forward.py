@@ -226,9 +226,13 @@ def micro_batches(
     """Split ``rows`` (indices into the batch) into micro-batches of at most ``token_budget`` tokens —
     padded tokens, or real tokens when the forward pass packs the rows — each trimmed to its longest
     row. Rows are taken in length order to waste little padding."""
-    lengths = batch["attention_mask"][rows].sum(-1)
-    order = rows[torch.argsort(lengths, descending=True)]
-    sorted_len = lengths[torch.argsort(lengths, descending=True)].tolist()
+    # the lengths where ``rows`` live: the batch may be on a GPU while ``rows`` (an arange or a
+    # permutation drawn on the CPU) are not, and a tensor is indexed only by indices on its device
+    # or on the CPU
+    lengths = batch["attention_mask"][rows].sum(-1).to(rows.device)
+    by_length = torch.argsort(lengths, descending=True)
+    order = rows[by_length]
+    sorted_len = lengths[by_length].tolist()
     start = 0
     while start < len(order):
         if packed:

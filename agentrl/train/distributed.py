@@ -51,11 +51,19 @@ def init_distributed() -> torch.device | None:
     return None
 
 
+def _backend_device() -> torch.device:
+    """Where a collective's tensor must live: the rank's GPU under NCCL (which has no CPU tensors),
+    the CPU under gloo."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sum(x: float) -> float:
     """Σ of a number over ranks."""
     if not dist.is_initialized():
         return x
-    t = torch.tensor([x], dtype=torch.float64)
+    t = torch.tensor([x], dtype=torch.float64, device=_backend_device())
     dist.all_reduce(t)
     return float(t.item())
 
@@ -64,7 +72,7 @@ def all_reduce_max(x: int) -> int:
     """max of an integer over ranks."""
     if not dist.is_initialized():
         return x
-    t = torch.tensor([x], dtype=torch.int64)
+    t = torch.tensor([x], dtype=torch.int64, device=_backend_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t.item())
 
@@ -96,9 +104,7 @@ class _RankReduce:
         return dist.get_rank()
 
     def _all_reduce(self, x: torch.Tensor, op: dist.ReduceOp.RedOpType) -> torch.Tensor:
-        nccl = dist.get_backend() == "nccl"
-        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-        y = x.detach().to(device, copy=True)
+        y = x.detach().to(_backend_device(), copy=True)
         dist.all_reduce(y, op=op)
         return y.to(x.device)
 
