@@ -15,37 +15,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrl.env import ResearchEnv
 from agentrl.errors import ConfigError, TemplateError
-from agentrl.rollout.context import STRATEGIES, ContextPolicy, context_policy
+from agentrl.rollout.context import ContextConfig, ContextPolicy, context_policy
 from agentrl.tokens import Expander, SamplingSpec, sampling_spec
 from agentrl.yamlload import load_yaml, read_text
 
-__all__ = ["AgentSettings", "ContextSettings", "expander_for", "load_settings"]
-
-
-class ContextSettings(BaseModel):
-    """How the episode loop keeps a long episode within ``max_len`` (``agentrl.rollout.context``),
-    with the native trainer's ``rollout.context`` keys and defaults."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    strategy: str = "none"
-    """``none`` (an episode whose next call would pass ``max_len`` ends there) or a rewrite
-    strategy of ``agentrl.rollout.context`` (``drop_observations``: old tool results as stubs)."""
-    trigger_tokens: int | None = Field(None, ge=16)
-    """Rewrite when a prompt plus ``max_new_tokens`` would pass this (default: ``max_len``)."""
-    keep_last_turns: int = Field(1, ge=1)
-    """The tool results of the last N assistant turns stay whole."""
-
-    @field_validator("strategy")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in STRATEGIES:
-            raise ValueError(f"must be one of {', '.join(STRATEGIES)}, not {v!r}")
-        return v
+__all__ = ["AgentSettings", "expander_for", "load_settings"]
 
 
 class AgentSettings(BaseModel):
@@ -67,7 +45,7 @@ class AgentSettings(BaseModel):
     """Most tokens of one model call (prompt + turn): an episode whose next call would pass it ends
     (``max_len``), and context management rewrites before it. None: no such limit (the engine's
     response budget still ends the episode)."""
-    context: ContextSettings = Field(default_factory=ContextSettings)
+    context: ContextConfig = Field(default_factory=ContextConfig)
     """How a long episode's context is rewritten (``strategy``, ``trigger_tokens``,
     ``keep_last_turns``), as the native trainer's ``rollout.context``. A rewritten episode is
     handed over as one sample per context segment: verl and SkyRL (step-wise) take them; TRL

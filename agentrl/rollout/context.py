@@ -25,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["NO_CONTEXT_POLICY", "STRATEGIES", "ContextPolicy", "context_policy"]
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["NO_CONTEXT_POLICY", "STRATEGIES", "ContextConfig", "ContextPolicy", "context_policy"]
 
 STRATEGIES = ("none", "drop_observations", "summarize")
 
@@ -64,7 +66,35 @@ class ContextPolicy:
 NO_CONTEXT_POLICY = ContextPolicy()
 
 
+class ContextConfig(BaseModel):
+    """A config's ``context`` block: the trainer's ``rollout.context`` and the adapters'
+    ``AgentSettings.context`` (one model, so both take the same keys, defaults and checks);
+    ``context_policy`` turns it into the loop's ``ContextPolicy``."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    strategy: Literal["none", "drop_observations", "summarize"] = Field(
+        "none",
+        description="none: an episode whose next prompt would pass max_len ends there; drop_observations: "
+        "old tool results are shown as one-line stubs first; summarize: the policy writes notes on its "
+        "research (a sampled, trained turn) and the context restarts from the task with the notes. Each "
+        "rewrite starts a new context segment, trained as its own row",
+    )
+    trigger_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="rewrite when a prompt plus max_new_tokens would pass this (default: max_len; "
+        "summarize: max_len - max_new_tokens, room for the request and the notes)",
+    )
+    keep_last_turns: int = Field(
+        1,
+        ge=1,
+        description="the last N assistant turns stay whole (drop_observations: their tool results; "
+        "summarize: the turns and their results, after the notes)",
+    )
+
+
 def context_policy(settings: Any) -> ContextPolicy:
     """The policy of a config's ``context`` block (any object with ``strategy``, ``trigger_tokens``
-    and ``keep_last_turns``, e.g. ``agentrl.train.config.ContextConfig``)."""
+    and ``keep_last_turns``, e.g. ``ContextConfig``)."""
     return ContextPolicy(settings.strategy, settings.trigger_tokens, settings.keep_last_turns)

@@ -29,7 +29,14 @@ from agentrl.rollout.batched import BatchedPolicy
 from agentrl.rollout.episode import EpisodeSpec, episode_seed, policy_generate, run_episode
 from agentrl.trajectory import Trajectory, TrajectoryStore, read_trajectories
 
-__all__ = ["RolloutSummary", "plan_episodes", "run_policy_episode", "run_rollout", "select_tasks"]
+__all__ = [
+    "RolloutSummary",
+    "plan_episodes",
+    "policy_episode_spec",
+    "run_policy_episode",
+    "run_rollout",
+    "select_tasks",
+]
 
 
 @dataclass
@@ -146,11 +153,14 @@ async def run_policy_episode(
     """One episode of ``task`` with ``policy`` on ``env`` in the episode loop; returns its trajectory
     (id ``task#sample``, reset seed ``episode_seed(seed, task.id, sample)``; ``info`` records the
     sample, that seed and the policy's name)."""
-    spec = _spec(task, sample, seed, policy.name)
+    spec = policy_episode_spec(task, sample, seed, policy.name)
     return (await run_episode(env, spec, policy_generate(policy))).trajectory
 
 
-def _spec(task: Task, sample: int, seed: int, policy_name: str) -> EpisodeSpec:
+def policy_episode_spec(task: Task, sample: int, seed: int, policy_name: str) -> EpisodeSpec:
+    """The episode of ``task``'s sample ``sample`` for a policy named ``policy_name``: id
+    ``task#sample``, reset seed ``episode_seed(seed, task.id, sample)``, ``info`` with the sample,
+    that seed and the policy's name."""
     ep_seed = episode_seed(seed, task.id, sample)
     info = {"sample": sample, "seed": ep_seed, "policy": policy_name}
     return EpisodeSpec(f"{task.id}#{sample}", task, ep_seed, info)
@@ -277,7 +287,9 @@ async def run_rollout(
     async def batch(pairs: list[tuple[Task, int]], bp: BatchedPolicy) -> None:
         envs = [await pool.get() for _ in pairs]
         try:  # the engine runs its own event loop: in a thread, off this one
-            trajs = await asyncio.to_thread(bp.rollout, envs, [_spec(t, s, seed, bp.name) for t, s in pairs])
+            trajs = await asyncio.to_thread(
+                bp.rollout, envs, [policy_episode_spec(t, s, seed, bp.name) for t, s in pairs]
+            )
         except Exception as e:  # the model failed: this batch is lost; resume retries it
             for t, s in pairs:
                 failed(t, s, e)

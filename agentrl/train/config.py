@@ -17,6 +17,7 @@ from agentrl.errors import ConfigError
 from agentrl.eval.config import AuditConfig, EvalConfig
 from agentrl.judge.config import JudgeConfig
 from agentrl.learn.algorithm import AlgorithmConfig
+from agentrl.rollout.context import ContextConfig
 from agentrl.tokens.cut import DEFAULT_MAX_LEN
 from agentrl.train.config_paths import INPUT_PATHS, is_hub_id, resolve_input, resolve_paths
 from agentrl.yamlload import Marks, load_yaml, read_text
@@ -79,28 +80,6 @@ class ModelConfig(_Strict):
         ge=0,
         description="log-probs and entropy through the LM head this many tokens at a time, forward and "
         "backward, so no [tokens, vocabulary] logits of a whole micro-batch are built; 0 = all at once",
-    )
-
-
-class ContextConfig(_Strict):
-    strategy: Literal["none", "drop_observations", "summarize"] = Field(
-        "none",
-        description="none: an episode whose next prompt would pass max_len ends there; drop_observations: "
-        "old tool results are shown as one-line stubs first; summarize: the policy writes notes on its "
-        "research (a sampled, trained turn) and the context restarts from the task with the notes. Each "
-        "rewrite starts a new context segment, trained as its own row",
-    )
-    trigger_tokens: int | None = Field(
-        None,
-        ge=16,
-        description="rewrite when a prompt plus max_new_tokens would pass this (default: max_len; "
-        "summarize: max_len - max_new_tokens, room for the request and the notes)",
-    )
-    keep_last_turns: int = Field(
-        1,
-        ge=1,
-        description="the last N assistant turns stay whole (drop_observations: their tool results; "
-        "summarize: the turns and their results, after the notes)",
     )
 
 

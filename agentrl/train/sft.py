@@ -54,8 +54,8 @@ def collect_oracle_trajectories(
     seeds, ``info``) are those of chat mode."""
     from agentrl.policy import OraclePolicy
     from agentrl.rollout import run_policy_episode
-    from agentrl.rollout.episode import EpisodeSpec, Generation, Limits, run_episode
-    from agentrl.seeds import episode_seed
+    from agentrl.rollout.episode import Generation, Limits, run_episode
+    from agentrl.rollout.runner import policy_episode_spec
 
     policy = OraclePolicy(noise=noise)
     n = len(tasks) if episodes is None else episodes
@@ -70,9 +70,7 @@ def collect_oracle_trajectories(
     async def one(env: ResearchEnv, task: Task, sample: int) -> Trajectory:
         if expander is None:
             return await run_policy_episode(env, policy, task, sample, seed)
-        ep_seed = episode_seed(seed, task.id, sample)  # as run_policy_episode seeds it
-        info = {"sample": sample, "seed": ep_seed, "policy": policy.name}
-        spec = EpisodeSpec(f"{task.id}#{sample}", task, ep_seed, info)
+        spec = policy_episode_spec(task, sample, seed, policy.name)  # as run_policy_episode's
         res = await run_episode(env, spec, in_tokens, expander=expander, limits=limits or Limits())
         return res.trajectory
 
@@ -107,11 +105,11 @@ def sft_step(
     """One optimiser step of −mean log p over the policy tokens of ``batch_size`` sampled trajectories
     (every context segment of each is a row, ``sft_rows``).
 
-        ``micro_batch_tokens``: the forward and backward passes run on micro-batches of at most that
-        many (padded) tokens, their gradients summed, each micro-batch's loss divided by the policy
-        tokens of the whole batch — the same gradient as one pass over the batch, with the memory of
-        one micro-batch (a pretrained model's attention and vocabulary make a whole batch of
-        multi-turn rows tens of GB). A batch within the budget, or None: one pass."""
+    ``micro_batch_tokens``: the forward and backward passes run on micro-batches of at most that
+    many (padded) tokens, their gradients summed, each micro-batch's loss divided by the policy
+    tokens of the whole batch — the same gradient as one pass over the batch, with the memory of
+    one micro-batch (a pretrained model's attention and vocabulary make a whole batch of
+    multi-turn rows tens of GB). A batch within the budget, or None: one pass."""
     model.train()
     device = next(model.parameters()).device
     picked = [trajectories[rng.randrange(len(trajectories))] for _ in range(batch_size)]
