@@ -41,11 +41,29 @@ def _block_types(model: nn.Module) -> set[str]:
     return names
 
 
+def _check_backend(model: nn.Module) -> None:
+    """Refuse parameters off the CPU under gloo: DTensor's gathers (``full_tensor``, which gradient
+    clipping calls) end in a SIGSEGV there (torch 2.11, two gloo ranks sharing one H200: the GPU
+    kit's ``ranks`` section), although gloo's plain collectives carry CUDA tensors."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_backend() != "gloo":
+        return
+    devices = sorted({p.device.type for p in model.parameters()} - {"cpu"})
+    if devices:
+        raise RuntimeError(
+            f"FSDP2 over gloo needs the parameters on the CPU, not on {', '.join(devices)}: DTensor's "
+            "collectives crash on gloo with device tensors. Use NCCL, one GPU per rank (torchrun "
+            "--nproc-per-node = the number of GPUs), or parallelism: ddp."
+        )
+
+
 def shard_model(model: nn.Module, *, mixed_precision: bool = False) -> nn.Module:
     """Apply ``fully_shard`` to every transformer block, then to the root; gradients are summed over
     ranks. With ``mixed_precision`` (GPU) the sharded fp32 master weights compute in bf16."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    _check_backend(model)
     kwargs: dict[str, Any] = {}
     if mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

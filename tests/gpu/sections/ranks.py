@@ -2,7 +2,8 @@
 all-reduce) and FSDP2, each rank holding its block of rows of one batch, against the same update in
 one process (REINFORCE++, shuffled mini-batches over both ranks' rows: ``tests.train.
 rank_update_worker``'s batch and settings). NCCL refuses two ranks on one GPU, so the ranks talk
-through gloo with their tensors on the GPU; where gloo cannot carry a collective the row says so.
+through gloo with their tensors on the GPU; where gloo cannot carry a collective the row says so
+(FSDP2: ``shard_model`` refuses CUDA parameters under gloo, whose DTensor gathers crash).
 """
 
 from __future__ import annotations
