@@ -30,7 +30,14 @@ from agentrl.env.suite import Task
 from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
 from agentrl.rollout.episode import EpisodeResult, EpisodeSpec, Generation, Limits, Request
 from agentrl.rollout.episode import run_episode as run_loop
-from agentrl.tokens import Expander, TokenizedTrajectory, TokenTrajectory, expand_segments, token_trajectory
+from agentrl.tokens import (
+    Expander,
+    TokenizedTrajectory,
+    TokenTrajectory,
+    expand_segments,
+    sampled_segments,
+    token_trajectory,
+)
 from agentrl.trajectory import Trajectory, training_reward
 from agentrl.trajectory.context import segment_messages, segments
 
@@ -212,12 +219,12 @@ def expand_episode(
     sampled a turn (``expand_segments``), and their records cut after the last policy token, all
     with ``training_reward(trajectory, normalize)``."""
     reward = training_reward(trajectory, normalize)
-    pairs = list(zip(expand_segments(expander, trajectory, reward=reward), segments(trajectory), strict=True))
-    if len(pairs) > 1:
-        pairs = [(r, s) for r, s in pairs if r.loss_mask.any()] or pairs[:1]
-    rows = [r for r, _ in pairs]
+    pairs = sampled_segments(expander, trajectory, reward=reward)
+    if not pairs:  # nothing sampled at all: the first segment's row stands for the episode
+        pairs = [(segments(trajectory)[0], expand_segments(expander, trajectory, reward=reward)[0])]
+    rows = [r for _, r in pairs]
     finishes = []
-    for _, seg in pairs:  # the row's last sampled turn: the segment's last turn, or the notes it wrote
+    for seg, _ in pairs:  # the row's last sampled turn: the segment's last turn, or the notes it wrote
         last = next((m for m in reversed(segment_messages(trajectory, seg)) if m.role == "assistant"), None)
         finishes.append(None if last is None else last.finish_reason)
     records = [cut_after_last_policy_token(token_trajectory(r, trajectory, reward=reward)) for r in rows]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agentrl.tokens import Expander, collate, expand_segments, segment_row_id
+from agentrl.tokens import Expander, collate, sampled_segments, segment_row_id
 from agentrl.trajectory import Trajectory, normalized_reward, training_reward
 
 __all__ = ["build_batch", "is_truncated", "normalized_reward", "row_ids", "training_reward"]
@@ -41,19 +41,15 @@ def build_batch(
         if reward is None:
             dropped_judge += 1
             continue
-        # one row per context segment (one for most episodes); a segment that sampled nothing (the
-        # loop rewrote the context, then stopped at max_len) has no row, and the others keep their index
-        parts = [
-            (k, r) for k, r in enumerate(expand_segments(expander, t, reward=reward)) if r.loss_mask.any()
-        ]
+        parts = sampled_segments(expander, t, reward=reward)  # one row per segment (most have one)
         if not parts:
             dropped_empty += 1
             continue
-        for k, row in parts:
+        for seg, row in parts:
             keep.append(t)
             rows.append(row)
             episode.append(episodes)
-            segment.append(k)
+            segment.append(seg.index)
             outcome.append(float(reward))
         episodes += 1
     stats = {

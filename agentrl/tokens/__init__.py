@@ -15,7 +15,7 @@ from agentrl.tokens.expander import CheckMode, Expander
 from agentrl.tokens.logprobs import token_logprobs
 from agentrl.tokens.record import TokenTrajectory, token_trajectory
 from agentrl.tokens.sampled import sampled_message
-from agentrl.tokens.segments import expand_segments, segment_row_id
+from agentrl.tokens.segments import expand_segments, sampled_segments, segment_row_id
 from agentrl.tokens.selftest import TemplateReport
 from agentrl.tokens.spec import SamplingSpec, read_sampling_spec, run_expander, sampling_spec
 from agentrl.tokens.stops import end_of_turn_ids, generation_eos_ids, turn_stop_ids
@@ -44,6 +44,7 @@ __all__ = [
     "read_sampling_spec",
     "run_expander",
     "sampled_message",
+    "sampled_segments",
     "sampling_spec",
     "segment_row_id",
     "token_logprobs",

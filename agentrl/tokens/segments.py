@@ -19,9 +19,9 @@ import dataclasses
 from agentrl.tokens.arrays import TokenizedTrajectory
 from agentrl.tokens.expander import Expander
 from agentrl.trajectory import Trajectory
-from agentrl.trajectory.context import CONTEXT_SEGMENTS, segment_messages, segments
+from agentrl.trajectory.context import CONTEXT_SEGMENTS, ContextSegment, segment_messages, segments
 
-__all__ = ["expand_segments", "segment_row_id"]
+__all__ = ["expand_segments", "sampled_segments", "segment_row_id"]
 
 
 def segment_row_id(trajectory_id: str, segment: int) -> str:
@@ -60,3 +60,14 @@ def expand_segments(
             row = dataclasses.replace(row, loss_mask=loss, token_level_scores=scores)
         rows.append(dataclasses.replace(row, trajectory_id=segment_row_id(trajectory.id, seg.index)))
     return rows
+
+
+def sampled_segments(
+    expander: Expander, trajectory: Trajectory, *, reward: float | None = None
+) -> list[tuple[ContextSegment, TokenizedTrajectory]]:
+    """The segments that are trained, with their rows: every segment that sampled a token. A segment
+    that sampled nothing (the loop rewrote the context, then stopped at ``max_len``) has no row; the
+    others keep their index (``ContextSegment.index``, the row id's ``#k``). The one rule of the native
+    batch (``build_batch``) and of the adapters' episodes (``expand_episode``)."""
+    pairs = zip(segments(trajectory), expand_segments(expander, trajectory, reward=reward), strict=True)
+    return [(seg, row) for seg, row in pairs if row.loss_mask.any()]

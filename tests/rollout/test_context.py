@@ -266,6 +266,11 @@ def test_a_last_segment_that_sampled_nothing_has_no_row_and_explain_skips_it(dro
     assert not rows[-1].loss_mask.any()
     keep, batch, _ = build_batch([traj], exp, normalize=True, pad_id=0, device=torch.device("cpu"))
     assert batch["segment"].tolist() == list(range(n - 1)) and len(keep) == n - 1
+    from agentrl.integrations.episode import expand_episode  # the adapters' rows: the same rule
+
+    ep = expand_episode(traj, exp, normalize=True)
+    assert [r.input_ids.tolist() for r in ep.rows] == [r.input_ids.tolist() for r in rows[:-1]]
+    assert len(ep.finishes) == n - 1
     path, tok_dir = tmp_path / "t.jsonl", tmp_path / "tok"
     write_trajectories(path, [traj])
     exp.tokenizer.save_pretrained(tok_dir)
