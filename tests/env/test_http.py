@@ -117,6 +117,8 @@ def site(target):
             return 302, {"Location": target.url("/", host="localhost")}, b""
         if path == "/loop":
             return 302, {"Location": "/loop"}, b""
+        if path == "/bad-hop":  # a Location urljoin refuses (an unclosed IPv6 bracket)
+            return 302, {"Location": "http://[bad/x"}, b""
         if path == "/big":
             return 200, {"Content-Type": "text/plain"}, b"x" * 50_000
         if path == "/slow":
@@ -156,6 +158,17 @@ def test_fetch_limits(site):
         f.fetch(site.url("/missing"))
     with pytest.raises(ToolFailure, match="only http and https"):
         f.fetch("file:///etc/passwd")
+
+
+def test_a_malformed_url_or_redirect_is_a_tool_error_not_a_crash(site):
+    """``urlsplit`` and ``urljoin`` raise ``ValueError`` on an unclosed IPv6 bracket: a sampled URL
+    (a CPU training run of the long-horizon suite died on one) or a server's Location header."""
+    f = _fetcher(site)
+    for url in ("https://[ir.example.com/news", "http://[::1/x", "https://a]b[/"):
+        with pytest.raises(ToolFailure, match="not a valid URL"):
+            f.fetch(url)
+    with pytest.raises(ToolFailure, match="bad redirect Location"):
+        f.fetch(site.url("/bad-hop"))
 
 
 def test_ssrf_direct_loopback_is_blocked(target):

@@ -241,3 +241,25 @@ def test_a_message_dict_with_broken_tool_calls_is_a_format_error_not_a_final_ans
     # the model is told which field is wrong, in one line, without pydantic's help URLs
     first = obs.splitlines()[0]
     assert "tool_calls" in first and "errors.pydantic.dev" not in obs
+
+
+urls = st.one_of(
+    st.text(st.sampled_from("[]:/@%?#. abc1\\x"), max_size=24).map(lambda t: "https://" + t),
+    st.sampled_from(["https://[ir.example.com/news", "http://[::1/x", "https://a]b[/", "[", "https://h:99999/"]),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(urls)
+def test_any_url_the_policy_writes_is_an_observation_and_a_score_never_an_exception(env, url):
+    """A sampled URL that ``urlsplit`` refuses (an unclosed IPv6 bracket: a CPU training run of the
+    long-horizon suite died on one in the sandbox's fetch) is a 404 observation, and an answer
+    citing it is scored."""
+    env.reset(seed=0)
+    call = {"name": "open_url", "arguments": {"url": url}}
+    obs, *_ = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert isinstance(obs, str) and obs
+    report = f"Revenue was $1 billion \\\\cite{{{url}}}."
+    call = {"name": "answer", "arguments": {"report": report}}
+    _, reward, terminated, _, _ = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    assert terminated and isinstance(reward, float)

@@ -64,7 +64,10 @@ class HttpFetch:
                 location = headers.get("location")
                 if not location:
                     raise ToolFailure(f"HTTP {resp_status} without a Location header at {current}")
-                current = urljoin(current, location)
+                try:
+                    current = urljoin(current, location)
+                except ValueError as e:  # the server's Location header: a tool error, not a crash
+                    raise ToolFailure(f"bad redirect Location {location!r} at {current} ({e})") from None
                 continue
             if resp_status >= 400:
                 raise ToolFailure(f"HTTP {resp_status} at {current}")

@@ -27,9 +27,13 @@ _INDEX_VERSION = "1"
 
 def normalize_url(url: str) -> str:
     """A URL in the form the corpus is keyed by: scheme and host lower-cased, no fragment or
-    trailing slash."""
+    trailing slash. Never raises: a string ``urlsplit`` refuses (``https://[host``, an unclosed IPv6
+    bracket, which a sampled URL can be) comes back stripped, a key no corpus page has."""
     url = url.strip().strip("<>\"'")
-    parts = urlsplit(url if "://" in url else "https://" + url)
+    try:
+        parts = urlsplit(url if "://" in url else "https://" + url)
+    except ValueError:
+        return url
     path = parts.path.rstrip("/") or ""
     query = f"?{parts.query}" if parts.query else ""
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}{path}{query}"

@@ -102,7 +102,10 @@ def checked_target(
     ``exempt`` lists ``ip`` or ``ip:port`` strings let through even when not global (an operator's
     explicit allowance for one service); ``allow_private`` lets everything through.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # e.g. an unclosed IPv6 bracket: the policy's URL, so a tool error
+        raise ToolFailure(f"not a valid URL ({e}): {url!r}") from None
     if parts.scheme not in ("http", "https"):
         raise ToolFailure(
             f"blocked: only http and https URLs can be opened, not {parts.scheme or 'no scheme'!r}"
