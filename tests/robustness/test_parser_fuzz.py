@@ -245,7 +245,9 @@ def test_a_message_dict_with_broken_tool_calls_is_a_format_error_not_a_final_ans
 
 urls = st.one_of(
     st.text(st.sampled_from("[]:/@%?#. abc1\\x"), max_size=24).map(lambda t: "https://" + t),
-    st.sampled_from(["https://[ir.example.com/news", "http://[::1/x", "https://a]b[/", "[", "https://h:99999/"]),
+    st.sampled_from(
+        ["https://[ir.example.com/news", "http://[::1/x", "https://a]b[/", "[", "https://h:99999/"]
+    ),
 )
 
 
