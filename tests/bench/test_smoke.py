@@ -414,3 +414,30 @@ def test_long_horizon(at_root: None, capsys: pytest.CaptureFixture[str]) -> None
     for r in (dropped, summarized):
         assert r["solved"] == r["tasks"] > 0 and r["segments"] > 1 and r["row_max"] <= 2048
     assert "| drop_observations | train |" in out and "| summarize | train |" in out
+
+
+@smoke("windows")
+def test_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ten RL steps: windows of two; one-source and multi-source rewards kept apart."""
+    from tests.bench import windows
+
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    metrics = [{"step": 0, "val/reward/mean": 0.0}]
+    for k in range(1, 11):
+        metrics.append({"step": k, "critic/score/normalized_mean": k / 10, "env/format_errors/mean": 1.0})
+        trajs = [
+            {"task_id": "acme-q1-2024-revenue", "reward": {"normalized": k / 10}},
+            {"task_id": "acme-growth-q1-2023-2024-revenue", "reward": 0.0},
+        ]
+        (run / "trajectories" / f"step_{k:05d}.jsonl").write_text(
+            "".join(json.dumps(t) + "\n" for t in trajs)
+        )
+    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    assert windows.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    numbers(out)
+    assert "10 RL steps, windows of 2" in out
+    assert "first: one-source 0.150 (2 of 2 paid), multi-source 0.000 (0 of 2 paid)" in out
+    assert "last:  one-source 0.950 (2 of 2 paid)" in out
+    assert "critic/score/normalized_mean: 0.150 -> 0.950" in out
