@@ -23,20 +23,22 @@ the whole conversation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["NO_CONTEXT_POLICY", "STRATEGIES", "ContextConfig", "ContextPolicy", "context_policy"]
 
-STRATEGIES = ("none", "drop_observations", "summarize")
+#: The strategies, one spelling for the loop's policy, the config model and their messages.
+Strategy = Literal["none", "drop_observations", "summarize"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
 @dataclass(frozen=True)
 class ContextPolicy:
     """See the module docstring."""
 
-    strategy: Literal["none", "drop_observations", "summarize"] = "none"
+    strategy: Strategy = "none"
     trigger_tokens: int | None = None
     keep_last_turns: int = 1
 
@@ -73,7 +75,7 @@ class ContextConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    strategy: Literal["none", "drop_observations", "summarize"] = Field(
+    strategy: Strategy = Field(
         "none",
         description="none: an episode whose next prompt would pass max_len ends there; drop_observations: "
         "old tool results are shown as one-line stubs first; summarize: the policy writes notes on its "
