@@ -19,7 +19,11 @@ training reward's first and last windows and their difference and for the held-o
 the mean ± sd over seeds, a 95% interval of the mean over seeds (t) and the worst seed; and the
 slowest run. Multi-source tasks are those of the long-horizon families
 (``agentrl.env.sandbox.multi.FAMILIES``, read from each evaluated episode's ``info["family"]``):
-on ``examples/long-horizon.yaml`` they show whether RL learns the tasks that need several pages. ``--check`` also marks each run against the quickstart's
+on ``examples/long-horizon.yaml`` they show whether RL learns the tasks that need several pages.
+With ``--set eval.split=all`` the evaluations hold both splits and are read per split of the suite
+(``by_split``): the held-out figures are the held-out tasks' alone, and a column adds the training
+tasks before → after with their paired gain — the training reward on fixed tasks and samples, which
+the per-step windows are not (each step draws other tasks). ``--check`` also marks each run against the quickstart's
 bar (gain ≥ 0.10 with an interval above 0, after ≥ 0.25, ≤ 600 s) and exits 1 if one misses it. A
 finished run (its ``summary.json`` exists) is read, not run again, so an interrupted benchmark
 resumes; ``--json`` writes every figure.
@@ -102,7 +106,7 @@ def run_one(config: str, seed: int, kernel: str, out: Path, sets: list[str]) -> 
         raise SystemExit(
             f"{summary}: no eval_before/eval_after/eval_gain: set eval.before_train and eval.at_end"
         )
-    return {
+    row = {
         "seed": seed,
         "kernel": kernel,
         "seconds": seconds,
@@ -118,20 +122,80 @@ def run_one(config: str, seed: int, kernel: str, out: Path, sets: list[str]) -> 
         "episodes": after["episodes"],
         "out": str(out),
     }
+    splits = by_split(before.get("file"), after.get("file"), _eval_suite(out))
+    if splits and "heldout" in splits:  # eval.split: all — the held-out figures are the held-out tasks'
+        held = splits.pop("heldout")
+        row |= held
+    if splits and "train" in splits:
+        row["train_eval"] = splits["train"]
+    return row
+
+
+def _eval_suite(out: Path) -> str | None:
+    """The suite a run evaluated on (its ``config.json``: ``eval.suite``, else ``rollout.suite``)."""
+    config = out / "config.json"
+    if not config.exists():
+        return None
+    c = json.loads(config.read_text())
+    return (c.get("eval") or {}).get("suite") or (c.get("rollout") or {}).get("suite")
+
+
+def by_split(before_file: str | None, after_file: str | None, suite: str | None) -> dict[str, Any] | None:
+    """Per split of ``suite``, when the evaluations before and after RL hold tasks of more than one
+    (``eval.split: all``): the mean normalised reward before and after with their intervals over
+    tasks, the paired gain after − before (by task and sample) with its interval, the sign-flip
+    p-value, and the tasks and episodes. On the training split that is the training reward measured
+    on fixed tasks and samples — free of the task mix and the sampling of each training step. None
+    with one split, or when a file or the suite is gone."""
+    from agentrl.env.suite import load_suite
+    from agentrl.eval.compare import compare
+    from agentrl.eval.scorecard import scorecard
+    from agentrl.trajectory import read_trajectories
+
+    files = [before_file, after_file]
+    if not suite or not Path(suite).is_dir() or not all(f and Path(f).exists() for f in files):
+        return None
+    split_of = {t.id: t.split for t in load_suite(suite).tasks}
+    loaded = [list(read_trajectories(Path(f))) for f in files]  # type: ignore[arg-type]
+    names = sorted({split_of.get(t.task_id, "?") for t in loaded[0]})
+    if len(names) < 2:
+        return None
+    figures = {}
+    for name in names:
+        b, a = ([t for t in ts if split_of.get(t.task_id, "?") == name] for ts in loaded)
+        cards, gain = [scorecard(ts) for ts in (b, a)], compare(b, a)
+        if cards[0].reward is None or cards[1].reward is None:
+            continue
+        figures[name] = {
+            "before": cards[0].reward.model_dump(mode="json"),
+            "after": cards[1].reward.model_dump(mode="json"),
+            "gain": gain.difference.model_dump(mode="json"),
+            "p_value": gain.p_value,
+            "multi_before": _multi_source_mean(b),
+            "multi_after": _multi_source_mean(a),
+            "tasks": cards[1].tasks,
+            "episodes": cards[1].episodes,
+        }
+    return figures
 
 
 def multi_source_mean(eval_file: str | None) -> float | None:
     """The mean normalised reward of an evaluation's multi-source episodes (``FAMILIES``); None when
     it has none (a suite without them) or the file is gone."""
-    from agentrl.env.sandbox.multi import FAMILIES
-    from agentrl.judge import normalized_reward
     from agentrl.trajectory import read_trajectories
 
     if not eval_file or not Path(eval_file).exists():
         return None
+    return _multi_source_mean(read_trajectories(Path(eval_file)))
+
+
+def _multi_source_mean(trajectories: Any) -> float | None:
+    from agentrl.env.sandbox.multi import FAMILIES
+    from agentrl.judge import normalized_reward
+
     rewards = [  # judge errors and unscored episodes are left out, as the evaluation leaves them
         normalized_reward(t)
-        for t in read_trajectories(Path(eval_file))
+        for t in trajectories
         if t.info.get("family") in FAMILIES and t.reward is not None and t.reward.total is not None
     ]
     return statistics.fmean(rewards) if rewards else None
@@ -161,17 +225,31 @@ def meets_bar(r: dict[str, Any]) -> bool:
 def table(rows: list[dict[str, Any]], check: bool) -> str:
     """Markdown: a row per run, then a summary per kernel setting."""
     f = "{:.3f}".format
+    fixed = any("train_eval" in r for r in rows)  # eval.split: all — the training tasks, evaluated
     head = (
-        "| kernel | seed | train first → last | held-out before [95% CI] | after [95% CI] | gain [95% CI] | p "
-        "| multi-source before → after | time |"
+        "| kernel | seed | train first → last | "
+        + ("train tasks before → after, gain [95% CI] | " if fixed else "")
+        + "held-out before [95% CI] | after [95% CI] | gain [95% CI] | p | multi-source before → after | time |"
     )
-    lines = [head + (" bar |" if check else ""), "|" + "---|" * (9 + check)]
+    lines = [head + (" bar |" if check else ""), "|" + "---|" * (9 + fixed + check)]
     multi = lambda x: "–" if x is None else f(x)  # noqa: E731
+
+    def train_tasks(r: dict[str, Any]) -> str:
+        t = r.get("train_eval")
+        if t is None:
+            return "– | "
+        g = t["gain"]
+        return (
+            f"{f(t['before']['mean'])} → {f(t['after']['mean'])}, {g['mean']:+.3f} "
+            f"[{g['low']:+.3f}, {g['high']:+.3f}] | "
+        )
+
     for r in rows:
         b, a, g = r["before"], r["after"], r["gain"]
         line = (
-            f"| {r['kernel']} ({r['capability']}) | {r['seed']} | {f(r['train_first'])} → {f(r['train_last'])} "
-            f"| {f(b['mean'])} [{f(b['low'])}, {f(b['high'])}] | {f(a['mean'])} [{f(a['low'])}, {f(a['high'])}] "
+            f"| {r['kernel']} ({r['capability']}) | {r['seed']} | {f(r['train_first'])} → {f(r['train_last'])} | "
+            + (train_tasks(r) if fixed else "")
+            + f"{f(b['mean'])} [{f(b['low'])}, {f(b['high'])}] | {f(a['mean'])} [{f(a['low'])}, {f(a['high'])}] "
             f"| {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] | {r['p_value']:.4f} "
             f"| {multi(r.get('multi_before'))} → {multi(r.get('multi_after'))} | {r['seconds'] / 60:.1f} min |"
         )
@@ -183,6 +261,15 @@ def table(rows: list[dict[str, Any]], check: bool) -> str:
             "train first 20%": lambda r: r["train_first"],
             "train last 20%": lambda r: r["train_last"],
             "train gain (last − first)": lambda r: r["train_last"] - r["train_first"],
+            **(
+                {
+                    "train tasks before": lambda r: r["train_eval"]["before"]["mean"],
+                    "train tasks after": lambda r: r["train_eval"]["after"]["mean"],
+                    "train tasks gain (paired)": lambda r: r["train_eval"]["gain"]["mean"],
+                }
+                if all("train_eval" in r for r in rs)
+                else {}
+            ),
             "held-out before": lambda r: r["before"]["mean"],
             "held-out after": lambda r: r["after"]["mean"],
             "held-out gain": lambda r: r["gain"]["mean"],
@@ -194,6 +281,11 @@ def table(rows: list[dict[str, Any]], check: bool) -> str:
                 f"- {kernel}, {name}: {m:.3f} ± {sd:.3f} over {len(rs)} seeds (95% CI of the mean "
                 f"[{lo:.3f}, {hi:.3f}]{', includes 0' if lo <= 0 <= hi else ''}); worst seed {worst['seed']}: "
                 f"{value(worst):.3f}"
+            )
+        if all("train_eval" in r for r in rs):
+            up = sum(r["train_eval"]["gain"]["low"] > 0 for r in rs)
+            lines.append(
+                f"- {kernel}: the train tasks' gain interval excludes 0 (above) in {up} of {len(rs)} runs"
             )
         excl = sum(r["gain"]["low"] > 0 for r in rs)
         slow = max(rs, key=lambda r: r["seconds"])

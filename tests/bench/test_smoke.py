@@ -380,6 +380,69 @@ def test_seeds_multi_source_mean(tmp_path: Path) -> None:
     assert seeds.multi_source_mean(str(path)) is None and seeds.multi_source_mean(None) is None
 
 
+def test_seeds_by_split(tmp_path: Path) -> None:
+    """An evaluation of both splits (eval.split: all) is read per split of the run's suite: the
+    held-out figures are the held-out tasks' alone, the training tasks' paired gain is theirs; one
+    split, or a missing file, gives None."""
+    from agentrl.env.sandbox import build
+    from agentrl.env.suite import load_suite
+    from agentrl.trajectory import RewardBreakdown, Trajectory, write_trajectories
+    from tests.bench import seeds
+
+    suite = tmp_path / "suite"
+    build(suite, seed=7, companies=2, heldout=1)
+    tasks = load_suite(str(suite)).tasks
+    train = [t.id for t in tasks if t.split == "train"][:3]
+    held = [t.id for t in tasks if t.split == "heldout"][:2]
+
+    def traj(task: str, sample: int, normalized: float, family: str = "quarterly") -> Trajectory:
+        reward = RewardBreakdown(total=2 * normalized, normalized=normalized, status="ok")
+        info = {"family": family, "sample": sample}
+        return Trajectory(id=f"{task}#{sample}", task_id=task, messages=[], info=info, reward=reward)
+
+    def write(name: str, train_r: list[float], held_r: list[float]) -> str:
+        path = tmp_path / name
+        eps = [traj(t, s, r) for t, r in zip(train, train_r, strict=True) for s in (0, 1)]
+        eps += [
+            traj(t, s, r, "growth") for t, r in zip(held[: len(held_r)], held_r, strict=True) for s in (0, 1)
+        ]
+        write_trajectories(path, eps)
+        return str(path)
+
+    before = write("before.jsonl", [0.0, 0.0, 0.3], [0.5, 0.5])
+    after = write("after.jsonl", [0.6, 0.3, 0.3], [0.5, 0.1])
+    figures = seeds.by_split(before, after, str(suite))
+    assert figures is not None and set(figures) == {"train", "heldout"}
+    t, h = figures["train"], figures["heldout"]
+    assert (t["before"]["mean"], t["after"]["mean"]) == pytest.approx((0.1, 0.4))
+    assert t["gain"]["mean"] == pytest.approx(0.3) and (t["tasks"], t["episodes"]) == (3, 6)
+    assert (h["before"]["mean"], h["after"]["mean"], h["gain"]["mean"]) == pytest.approx((0.5, 0.3, -0.2))
+    assert (h["multi_before"], h["multi_after"]) == pytest.approx((0.5, 0.3)) and t["multi_before"] is None
+    assert 0 <= t["p_value"] <= 1 and (h["tasks"], h["episodes"]) == (2, 4)
+    # a finished run that evaluated both splits: its row's held-out figures are the held-out tasks'
+    run = tmp_path / "run"
+    run.mkdir()
+    mixed = {"mean": 0.0, "low": 0.0, "high": 0.0}
+    summary = {"reward_first": 0.1, "reward_last": 0.2, "eval_gain": {"difference": mixed, "p_value": 1.0},
+               "eval_before": {"file": before, "reward": mixed, "tasks": 5, "episodes": 10},
+               "eval_after": {"file": after, "reward": mixed, "tasks": 5, "episodes": 10}}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "config.json").write_text(json.dumps({"rollout": {"suite": str(suite)}, "eval": {"suite": None}}))
+    r = seeds.run_one("unused.yaml", 0, "default", run, [])
+    assert (r["before"]["mean"], r["gain"]["mean"], r["tasks"]) == pytest.approx((0.5, -0.2, 2))
+    assert r["train_eval"]["gain"]["mean"] == pytest.approx(0.3) and r["multi_after"] == pytest.approx(0.3)
+    only_train = write("train.jsonl", [0.0, 0.0, 0.0], [])
+    assert seeds.by_split(only_train, only_train, str(suite)) is None
+    assert seeds.by_split(before, str(tmp_path / "gone.jsonl"), str(suite)) is None
+    # the table gains the training tasks' column and their figures over seeds
+    iv = {"mean": 0.0, "low": 0.0, "high": 0.0}
+    row = {"seed": 0, "kernel": "default", "capability": "AVX2", "seconds": 60.0, "train_first": 0.1,
+           "train_last": 0.2, "before": iv, "after": iv, "gain": iv, "p_value": 1.0, "train_eval": t}  # fmt: skip
+    text = seeds.table([row], check=False)
+    assert "| 0.100 → 0.400, +0.300 [" in text and "train tasks gain (paired): 0.300" in text
+    assert "the train tasks' gain interval excludes 0 (above) in" in text
+
+
 def test_seeds_summary_over_seeds() -> None:
     """The interval over seeds: the t quantile for n-1 degrees of freedom, the worst seed, 'includes 0'."""
     from tests.bench import seeds
