@@ -74,9 +74,17 @@ def add_rollout_arguments(p: Any) -> None:
         help="openai/litellm: send the tool schemas in each request's `tools` (function calling); "
         "default: env.yaml's send_tools, else only with tool_format: openai",
     )
-    p.add_argument("--temperature", type=float_range(0), default=None, help="openai/hf: sampling temperature")
     p.add_argument(
-        "--max-tokens", type=int_range(1), default=None, help="openai/hf: max tokens per turn (hf: 512)"
+        "--temperature",
+        type=float_range(0),
+        default=None,
+        help="openai/hf: sampling temperature (hf: an agentrl run's own, else 1)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int_range(1),
+        default=None,
+        help="openai/hf: max tokens per turn (hf: an agentrl run's rollout.max_new_tokens, else 512)",
     )
     p.add_argument("-n", type=int_range(1), default=1, help="samples per task (default 1)")
     p.add_argument(
@@ -119,7 +127,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
     from agentrl.env.config import read_env_yaml
 
-    cfg: dict[str, Any] = read_env_yaml(args.config) if args.config else {}
+    cfg: dict[str, Any] = _run_env(args.policy) | (read_env_yaml(args.config) if args.config else {})
     if args.suite:
         cfg["suite"] = args.suite
     if args.split:
@@ -134,6 +142,23 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     if args.judge_model:
         cfg["judge"] = "deferred"
     return cfg
+
+
+def _run_env(policy: str) -> dict[str, Any]:
+    """For ``--policy hf:RUN`` (an ``agentrl train`` run or checkpoint): the env its episodes ran in
+    (``RolloutConfig.env_config``: the run's suite, ``rollout.env`` — prompt, tools, format, budgets
+    — and ``max_turns``), so a run is evaluated in the env it trained in; ``--config``'s settings,
+    ``--suite`` and ``--split`` go over it. Empty for any other policy."""
+    import json
+
+    from agentrl.learn.policy_model import checkpoint_run_dir
+    from agentrl.rundir import RunDir
+    from agentrl.train.config import TrainConfig
+
+    run = checkpoint_run_dir(policy[3:]) if policy.startswith("hf:") and policy[3:] else None
+    if run is None or not RunDir(run).config_file.is_file():
+        return {}
+    return TrainConfig.model_validate(json.loads(RunDir(run).config_file.read_text())).rollout.env_config()
 
 
 def _judge_cache(args: argparse.Namespace) -> str | None:

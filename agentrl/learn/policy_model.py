@@ -16,7 +16,7 @@ from typing import Any
 from agentrl.errors import ConfigError
 from agentrl.rundir import SHARDED, TOKENIZER, checkpoint_state_file
 
-__all__ = ["LoadedPolicy", "load_policy_model", "pick_device"]
+__all__ = ["LoadedPolicy", "checkpoint_run_dir", "load_policy_model", "pick_device"]
 
 
 @dataclass
@@ -26,6 +26,10 @@ class LoadedPolicy:
     model: Any
     tokenizer: Any
     source: str
+    #: For an ``agentrl train`` checkpoint: its run directory and the config it was saved with
+    #: (``load_hf_policy`` samples as the run did); None for a transformers directory.
+    run_dir: Path | None = None
+    run_config: dict[str, Any] | None = None
 
 
 def pick_device(device: str = "auto") -> Any:
@@ -43,7 +47,7 @@ def pick_device(device: str = "auto") -> Any:
     return dev
 
 
-def _from_checkpoint(file: Path) -> tuple[Any, Any]:
+def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
     import torch
     from transformers import AutoTokenizer
 
@@ -87,7 +91,24 @@ def _from_checkpoint(file: Path) -> tuple[Any, Any]:
         model.load_state_dict(sd)
     except RuntimeError as e:
         raise ConfigError(f"hf:{file}: weights do not fit the rebuilt model: {str(e)[:300]}") from None
-    return model, tokenizer
+    return model, tokenizer, dict(state.get("config") or {})
+
+
+def _is_model_dir(p: Path) -> bool:
+    """Whether ``p`` is a transformers directory rather than an ``agentrl train`` run or checkpoint
+    (a run directory holds a ``config.json`` too: its training config, beside ``checkpoints/``)."""
+    return (p / "config.json").is_file() and not (p / SHARDED).exists() and not (p / "checkpoints").is_dir()
+
+
+def checkpoint_run_dir(path: str | Path) -> Path | None:
+    """The ``agentrl train`` run directory of ``path`` when ``load_policy_model`` would load it as a
+    run or checkpoint (its latest, or the one given); None for a transformers directory or a path
+    that holds neither."""
+    p = Path(path)
+    if not p.exists() or _is_model_dir(p):
+        return None
+    file = checkpoint_state_file(p)
+    return None if file is None else file.parent.parent.parent  # RUN/checkpoints/step_NNNNN/state.pt
 
 
 def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
@@ -99,21 +120,21 @@ def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
     dev = pick_device(device)
     if not p.exists():
         raise ConfigError(f"hf:{path}: no such directory")
-    if (p / "config.json").is_file() and not (p / SHARDED).exists() and not (p / "checkpoints").is_dir():
+    if _is_model_dir(p):
         try:
             model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True)
             tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
         except (OSError, ValueError) as e:
             raise ConfigError(f"hf:{path}: cannot load a transformers model there: {str(e)[:300]}") from None
-        source = str(p)
+        source, run_dir, run_config = str(p), None, None
     else:
         file = checkpoint_state_file(p)
         if file is None:
             raise ConfigError(
                 f"hf:{path}: neither a transformers directory (config.json) nor an agentrl run or checkpoint"
             )
-        model, tokenizer = _from_checkpoint(file)
-        source = str(file)
+        model, tokenizer, run_config = _from_checkpoint(file)
+        source, run_dir = str(file), file.parent.parent.parent  # RUN/checkpoints/step_NNNNN/state.pt
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"hf:{path}: the tokenizer has no chat template")
-    return LoadedPolicy(model.to(dev).eval(), tokenizer, source)
+    return LoadedPolicy(model.to(dev).eval(), tokenizer, source, run_dir, run_config)

@@ -7,6 +7,7 @@ description, and ``docs/config.md`` is generated from these models (``agentrl.tr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -145,6 +146,15 @@ class RolloutConfig(_Strict):
         description="engine hf: the most tokens kept in KV caches between turns, all episodes together "
         "(least recently used episodes are evicted past it)",
     )
+
+    def env_config(self) -> dict[str, Any]:
+        """The env config of the run's episodes (``ResearchEnv``'s): ``env`` with the ``suite`` and
+        ``max_turns`` budget it does not set. The trainer and ``agentrl eval --policy hf:RUN``
+        (which evaluates a run in the env it trained in) both take it from here."""
+        env = json.loads(json.dumps(self.env))  # a deep copy
+        env.setdefault("suite", self.suite)
+        env.setdefault("budgets", {}).setdefault("max_turns", self.max_turns)
+        return env
 
 
 class TrainJudgeConfig(JudgeConfig):

@@ -18,7 +18,6 @@ holds its directory's lock (``agentrl.runlock``) from its checks to its end.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import random
 import time
 import warnings
@@ -101,11 +100,7 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         return torch.device(self.cfg.device)
 
     def _env_config(self) -> dict[str, Any]:
-        r = self.cfg.rollout
-        env = json.loads(json.dumps(r.env))  # a deep copy
-        env.setdefault("suite", r.suite)
-        env.setdefault("budgets", {}).setdefault("max_turns", r.max_turns)
-        return env
+        return self.cfg.rollout.env_config()
 
     def setup(self, resume: bool = False) -> None:
         """Build the env pool, tokenizer, models, optimisers and rollout engine; restore a checkpoint

@@ -148,6 +148,33 @@ def test_eval_samples_a_trained_run(runs, suite, tmp_path, capsys):
     assert all(m.token_ids for t in read_trajectories(out) for m in t.messages if m.role == "assistant")
 
 
+def test_eval_of_a_run_samples_what_its_evaluation_sampled(runs, suite, tmp_path, capsys):
+    """``agentrl eval --policy hf:RUN`` with the run's eval seed, split, tasks and samples draws the
+    episodes the run's own last evaluation drew, token for token: the run's recorded sampling spec
+    (max_len, max_new_tokens, temperature) and context policy, and its env (``rollout.env``: here a
+    system prompt of its own), not the hf: policy's and the suite's defaults. (Scores may differ:
+    the run's judge has a rubric override that ``agentrl eval`` does not take.)"""
+    from agentrl.eval.compare import pair_key
+
+    (_, _), (_, run) = runs
+    out = tmp_path / "again.jsonl"
+    argv = ["eval", "--suite", str(suite), "--split", "heldout", "--policy", f"hf:{run}", "-n", "2",
+            "--limit", "3", "--seed", "0", "--no-progress", "--device", "cpu", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    last = max(int(f.stem.split("_")[1]) for f in (run / "eval").glob("step_*.jsonl"))
+    ran = {pair_key(t): t for t in read_trajectories(run / "eval" / f"step_{last:05d}.jsonl")}
+    again = {pair_key(t): t for t in read_trajectories(out)}
+    assert ran.keys() == again.keys() and len(ran) == 6
+
+    def sampled(t):
+        return [m.token_ids for m in t.messages if m.role == "assistant"]
+
+    assert all(sampled(ran[k]) == sampled(again[k]) for k in ran), "the eval drew other tokens"
+    # and the env answered them alike: the run's prompt, tools and budgets (its rollout.env)
+    assert all([m.content for m in ran[k].messages] == [m.content for m in again[k].messages] for k in ran)
+
+
 def test_a_suite_without_heldout_tasks_is_refused_before_anything_is_written(tmp_path):
     suite = tmp_path / "suite"
     build(suite, seed=7, companies=2)

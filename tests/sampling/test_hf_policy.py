@@ -109,14 +109,15 @@ def test_hf_policy_errors_are_one_line(tmp_path, capsys):
 
 def test_a_trainer_run_loads_as_the_policy_it_trained(tmp_path):
     """``hf:RUN_DIR`` (what ``agentrl train`` writes) is the run's latest checkpoint: the same
-    weights and the run's tokenizer, so a user evaluates a checkpoint before and after training."""
+    weights and the run's tokenizer, sampled as the run sampled (``_samples_as_the_run``), so a
+    user evaluates a checkpoint before and after training."""
     import torch
 
     from agentrl.learn.policy_model import load_policy_model
     from agentrl.train import Trainer
     from tests.train.learning_signal import train_config
 
-    t = Trainer(train_config(tmp_path, sft_steps=0), progress=False)
+    t = Trainer(train_config(tmp_path, sft_steps=0, **SAMPLING), progress=False)
     t.setup()
     with torch.no_grad():  # weights that differ from the model directory's, as after an update
         next(t.model.parameters()).add_(0.5)
@@ -126,6 +127,41 @@ def test_a_trainer_run_loads_as_the_policy_it_trained(tmp_path):
     want, got = t.model.state_dict(), loaded.model.state_dict()
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
     assert loaded.tokenizer.get_vocab() == t.tokenizer.get_vocab()
+    _samples_as_the_run(t)
+
+
+#: A run's sampling settings that differ from the hf: policy's defaults.
+SAMPLING = {
+    "rollout.context": {"strategy": "drop_observations", "trigger_tokens": 900, "keep_last_turns": 2},
+    "rollout.max_len": 1024,
+    "rollout.max_new_tokens": 20,
+    "rollout.temperature": 0.7,
+    "rollout.top_p": 0.9,
+    "eval.temperature": 0.5,
+}
+
+
+def _samples_as_the_run(t):
+    """``hf:RUN`` samples as the run's evaluation did: the spec it recorded (stop ids, max_len,
+    max_new_tokens, top_p; the temperature of ``eval.temperature`` where set) and its
+    ``rollout.context`` policy; the arguments override; a transformers directory keeps the
+    defaults (512 tokens a turn, temperature 1, no context rewrite)."""
+    from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
+    from agentrl.sampling.hf_policy import DEFAULT_MAX_TOKENS, load_hf_policy
+    from tests.train.learning_signal import TINY
+
+    def loop_of(policy):
+        return policy.rollout.__self__.loop
+
+    loop = loop_of(load_hf_policy(t.out, device="cpu"))
+    assert loop.context == ContextPolicy("drop_observations", 900, 2)
+    assert (loop.spec.max_len, loop.spec.max_new_tokens, loop.spec.top_p) == (1024, 20, 0.9)
+    assert loop.spec.temperature == 0.5 and loop.spec.stop_ids == t.sampling.stop_ids
+    given = loop_of(load_hf_policy(t.out, device="cpu", temperature=1.3, max_tokens=7, top_p=0.5))
+    assert (given.spec.temperature, given.spec.max_new_tokens, given.spec.top_p) == (1.3, 7, 0.5)
+    plain = loop_of(load_hf_policy(TINY["model"]["path"], device="cpu"))
+    assert plain.context == NO_CONTEXT_POLICY and plain.spec.max_new_tokens == DEFAULT_MAX_TOKENS
+    assert (plain.spec.temperature, plain.spec.top_p) == (1.0, 1.0)
 
 
 def test_the_hf_policy_keeps_the_trainers_default_kv_cache():
