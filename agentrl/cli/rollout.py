@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from agentrl.cli.args import float_range, int_range
@@ -125,9 +126,11 @@ def add_rollout_arguments(p: Any) -> None:
 def _config(args: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
-    from agentrl.env.config import read_env_yaml
+    from agentrl.env.config import merge_env_config, read_env_yaml
 
-    cfg: dict[str, Any] = _run_env(args.policy) | (read_env_yaml(args.config) if args.config else {})
+    cfg: dict[str, Any] = merge_env_config(
+        _run_env(args.policy), read_env_yaml(args.config) if args.config else {}
+    )
     if args.suite:
         cfg["suite"] = args.suite
     if args.split:
@@ -144,21 +147,39 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
+def _run_of(policy: str) -> Any:
+    """The ``RunDir`` of ``--policy hf:RUN`` when RUN is an ``agentrl train`` run or checkpoint."""
+    from agentrl.learn.policy_model import checkpoint_run_dir
+    from agentrl.rundir import RunDir
+
+    run = checkpoint_run_dir(policy[3:]) if policy.startswith("hf:") and policy[3:] else None
+    return None if run is None else RunDir(run)
+
+
 def _run_env(policy: str) -> dict[str, Any]:
     """For ``--policy hf:RUN`` (an ``agentrl train`` run or checkpoint): the env its episodes ran in
     (``RolloutConfig.env_config``: the run's suite, ``rollout.env`` — prompt, tools, format, budgets
-    — and ``max_turns``), so a run is evaluated in the env it trained in; ``--config``'s settings,
-    ``--suite`` and ``--split`` go over it. Empty for any other policy."""
-    import json
+    — and ``max_turns``), so a run is evaluated in the env it trained in; ``--config``'s settings
+    merge over it, ``--suite`` and ``--split`` replace. The run's config is read as ``agentrl
+    replay`` reads it (retired keys dropped). Empty for any other policy."""
+    from agentrl.train.run_config import load_run_config
 
-    from agentrl.learn.policy_model import checkpoint_run_dir
-    from agentrl.rundir import RunDir
-    from agentrl.train.config import TrainConfig
+    run = _run_of(policy)
+    return {} if run is None else load_run_config(run)[0].rollout.env_config()
 
-    run = checkpoint_run_dir(policy[3:]) if policy.startswith("hf:") and policy[3:] else None
-    if run is None or not RunDir(run).config_file.is_file():
-        return {}
-    return TrainConfig.model_validate(json.loads(RunDir(run).config_file.read_text())).rollout.env_config()
+
+def _run_sampling(policy: str) -> dict[str, Any] | None:
+    """What ``hf:RUN`` samples with beyond the flags (the run's recorded spec, ``eval.temperature``
+    and ``rollout.context``), for the resume check: an ``--out`` sampled otherwise is not resumed."""
+    from agentrl.train.run_config import load_run_config
+
+    run = _run_of(policy)
+    if run is None:
+        return None
+    cfg = load_run_config(run)[0]
+    spec = json.loads(run.sampling_file.read_text()) if run.sampling_file.is_file() else None
+    context = cfg.rollout.context.model_dump(mode="json")
+    return {"spec": spec, "eval_temperature": cfg.eval.temperature, "context": context}
 
 
 def _judge_cache(args: argparse.Namespace) -> str | None:
@@ -187,6 +208,9 @@ def _params(args: argparse.Namespace, env_config: dict[str, Any]) -> dict[str, A
             if value is not None:
                 params[flag] = value
     params |= {"--seed": args.seed, "--suite": suite}
+    run_sampling = _run_sampling(args.policy)
+    if run_sampling is not None:
+        params["hf:RUN sampling"] = run_sampling
     if args.judge_model:
         params["--judge-model"] = args.judge_model
     return params | env_params(env_config)

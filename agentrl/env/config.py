@@ -20,8 +20,18 @@ __all__ = [
     "FetchConfig",
     "SearchConfig",
     "load_env_config",
+    "merge_env_config",
     "read_env_yaml",
 ]
+
+
+def merge_env_config(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, section by section: a mapping merges into the mapping it
+    replaces (``budgets: {tool_timeout_s: 30}`` keeps the other budgets), anything else replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge_env_config(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 class _Strict(BaseModel):

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import gymnasium
 
 from agentrl.env.backends import Page, ToolFailure, make_backends
-from agentrl.env.config import EnvConfig, load_env_config
+from agentrl.env.config import EnvConfig, load_env_config, merge_env_config
 from agentrl.env.parser import FOREIGN_FORMATS, parse_turn
 from agentrl.env.reward import is_deterministic, rubric_for, score_report, score_trajectory_llm, turn_credit
 from agentrl.env.spaces import FreeText
@@ -58,13 +58,6 @@ _COUNTERS = (
 _CUT = "this turn reached the token limit before it ended"
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 class ResearchEnv(gymnasium.Env[str, str]):
     """A deep-research episode over a suite: tools ``search``, ``open_url`` and ``answer``.
 
@@ -86,7 +79,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
             else (config if isinstance(config, dict) else first.model_dump(exclude_unset=True))
         )
         self.config = load_env_config(
-            _merge(self.suite.defaults, user), source=f"{self.suite.root}/env.yaml + config"
+            merge_env_config(self.suite.defaults, user), source=f"{self.suite.root}/env.yaml + config"
         )
         if self.config.judge == "inline" and not self.config.judge_model:
             raise ConfigError(

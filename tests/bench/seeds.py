@@ -123,6 +123,8 @@ def run_one(config: str, seed: int, kernel: str, out: Path, sets: list[str]) -> 
         "out": str(out),
     }
     splits = by_split(before.get("file"), after.get("file"), _eval_suite(out))
+    if splits is None and _eval_split(out) == "all":
+        raise SystemExit(f"{out}: eval.split is all, but its evaluations cannot be read per split")
     if splits and "heldout" in splits:  # eval.split: all — the held-out figures are the held-out tasks'
         held = splits.pop("heldout")
         row |= held
@@ -132,12 +134,19 @@ def run_one(config: str, seed: int, kernel: str, out: Path, sets: list[str]) -> 
 
 
 def _eval_suite(out: Path) -> str | None:
-    """The suite a run evaluated on (its ``config.json``: ``eval.suite``, else ``rollout.suite``)."""
+    """The suite a run evaluated on: ``eval.suite``, else the run's env suite (``rollout.env.suite``
+    over ``rollout.suite``, as ``RolloutConfig.env_config`` has it)."""
     config = out / "config.json"
     if not config.exists():
         return None
     c = json.loads(config.read_text())
-    return (c.get("eval") or {}).get("suite") or (c.get("rollout") or {}).get("suite")
+    r = c.get("rollout") or {}
+    return (c.get("eval") or {}).get("suite") or (r.get("env") or {}).get("suite") or r.get("suite")
+
+
+def _eval_split(out: Path) -> str | None:
+    config = out / "config.json"
+    return (json.loads(config.read_text()).get("eval") or {}).get("split") if config.exists() else None
 
 
 def by_split(before_file: str | None, after_file: str | None, suite: str | None) -> dict[str, Any] | None:
@@ -153,19 +162,23 @@ def by_split(before_file: str | None, after_file: str | None, suite: str | None)
     from agentrl.trajectory import read_trajectories
 
     files = [before_file, after_file]
-    if not suite or not Path(suite).is_dir() or not all(f and Path(f).exists() for f in files):
+    if not suite or not all(f and Path(f).exists() for f in files):
         return None
-    split_of = {t.id: t.split for t in load_suite(suite).tasks}
+    split_of = {t.id: t.split for t in load_suite(suite).tasks}  # "sandbox" too: the default suite
     loaded = [list(read_trajectories(Path(f))) for f in files]  # type: ignore[arg-type]
-    names = sorted({split_of.get(t.task_id, "?") for t in loaded[0]})
+    unknown = {t.task_id for ts in loaded for t in ts} - split_of.keys()
+    if unknown:
+        raise SystemExit(f"{before_file}: tasks the suite {suite} does not hold ({sorted(unknown)[:3]}...)")
+    names = sorted({split_of[t.task_id] for ts in loaded for t in ts})
     if len(names) < 2:
         return None
     figures = {}
     for name in names:
-        b, a = ([t for t in ts if split_of.get(t.task_id, "?") == name] for ts in loaded)
-        cards, gain = [scorecard(ts) for ts in (b, a)], compare(b, a)
+        b, a = ([t for t in ts if split_of[t.task_id] == name] for ts in loaded)
+        cards = [scorecard(ts) for ts in (b, a)]
         if cards[0].reward is None or cards[1].reward is None:
-            continue
+            continue  # nothing scored on one side: no figure rather than a guess
+        gain = compare(b, a)
         figures[name] = {
             "before": cards[0].reward.model_dump(mode="json"),
             "after": cards[1].reward.model_dump(mode="json"),
@@ -229,7 +242,7 @@ def table(rows: list[dict[str, Any]], check: bool) -> str:
     head = (
         "| kernel | seed | train first → last | "
         + ("train tasks before → after, gain [95% CI] | " if fixed else "")
-        + "held-out before [95% CI] | after [95% CI] | gain [95% CI] | p | multi-source before → after | time |"
+        + "held-out before [95% CI] | after [95% CI] | gain [95% CI] | p | held-out multi-source before → after | time |"
     )
     lines = [head + (" bar |" if check else ""), "|" + "---|" * (9 + fixed + check)]
     multi = lambda x: "–" if x is None else f(x)  # noqa: E731

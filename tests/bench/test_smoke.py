@@ -431,6 +431,18 @@ def test_seeds_by_split(tmp_path: Path) -> None:
     r = seeds.run_one("unused.yaml", 0, "default", run, [])
     assert (r["before"]["mean"], r["gain"]["mean"], r["tasks"]) == pytest.approx((0.5, -0.2, 2))
     assert r["train_eval"]["gain"]["mean"] == pytest.approx(0.3) and r["multi_after"] == pytest.approx(0.3)
+    # a split with nothing scored on one side has no figure (not a crash); unknown tasks stop it
+    unscored = write("unscored.jsonl", [0.6, 0.3, 0.3], [0.5, 0.1])
+    lines = [json.loads(x) for x in Path(unscored).read_text().splitlines()]
+    for x in lines:
+        if x["task_id"] in held:
+            x["reward"] = {"total": None, "normalized": None, "status": "judge_error"}
+    Path(unscored).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert set(seeds.by_split(before, unscored, str(suite))) == {"train"}
+    stranger = write("stranger.jsonl", [0.0, 0.0, 0.0], [])
+    Path(stranger).write_text(Path(stranger).read_text().replace(train[0], "no-such-task"))
+    with pytest.raises(SystemExit, match="does not hold"):
+        seeds.by_split(before, stranger, str(suite))
     only_train = write("train.jsonl", [0.0, 0.0, 0.0], [])
     assert seeds.by_split(only_train, only_train, str(suite)) is None
     assert seeds.by_split(before, str(tmp_path / "gone.jsonl"), str(suite)) is None

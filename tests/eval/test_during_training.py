@@ -173,6 +173,24 @@ def test_eval_of_a_run_samples_what_its_evaluation_sampled(runs, suite, tmp_path
     assert all(sampled(ran[k]) == sampled(again[k]) for k in ran), "the eval drew other tokens"
     # and the env answered them alike: the run's prompt, tools and budgets (its rollout.env)
     assert all([m.content for m in ran[k].messages] == [m.content for m in again[k].messages] for k in ran)
+    # what the run samples with is part of the resume check: an --out sampled otherwise is not resumed
+    from agentrl.rollout.resume import params_path
+
+    stored = json.loads(params_path(out).read_text())["params"]["hf:RUN sampling"]
+    assert stored["spec"] == json.loads((run / "sampling.json").read_text())
+    assert stored["context"]["strategy"] == "none" and stored["eval_temperature"] is None
+    # an env.yaml given with --config merges into the run's env, section by section
+    import argparse
+
+    from agentrl.cli.rollout import _config
+
+    env_yaml = tmp_path / "env.yaml"
+    env_yaml.write_text("budgets: {tool_timeout_s: 30}\n")
+    ns = dict(config=str(env_yaml), suite=None, split=None, cache=None, cache_path=None, send_tools=None,
+              judge_model=None, out=str(out), policy=f"hf:{run}")  # fmt: skip
+    cfg = _config(argparse.Namespace(**ns))
+    assert cfg["budgets"] == {"max_turns": 2, "tool_timeout_s": 30}
+    assert cfg["system_prompt"] == "Today is {date}. Tools: {tools}"
 
 
 def test_a_suite_without_heldout_tasks_is_refused_before_anything_is_written(tmp_path):
