@@ -47,6 +47,11 @@ def pick_device(device: str = "auto") -> Any:
     return dev
 
 
+def _run_of_state(file: Path) -> Path:
+    """The run directory of a checkpoint's state file: ``RUN/checkpoints/step_NNNNN/state.pt``."""
+    return file.parent.parent.parent
+
+
 def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
     import torch
     from transformers import AutoTokenizer
@@ -69,7 +74,7 @@ def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
         raise ConfigError(f"hf:{file}: a LoRA checkpoint; merge its adapters into a transformers directory")
     sd = state["model"]
     spec = str(model_cfg.get("path", "tiny:"))
-    run = file.parent.parent.parent  # RUN/checkpoints/step_NNNNN/state.pt
+    run = _run_of_state(file)
     tok_dir = run / TOKENIZER
     if not tok_dir.is_dir():
         raise ConfigError(f"hf:{file}: the run's tokenizer ({tok_dir}) is missing")
@@ -108,7 +113,7 @@ def checkpoint_run_dir(path: str | Path) -> Path | None:
     if not p.exists() or _is_model_dir(p):
         return None
     file = checkpoint_state_file(p)
-    return None if file is None else file.parent.parent.parent  # RUN/checkpoints/step_NNNNN/state.pt
+    return None if file is None else _run_of_state(file)
 
 
 def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
@@ -134,7 +139,7 @@ def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
                 f"hf:{path}: neither a transformers directory (config.json) nor an agentrl run or checkpoint"
             )
         model, tokenizer, run_config = _from_checkpoint(file)
-        source, run_dir = str(file), file.parent.parent.parent  # RUN/checkpoints/step_NNNNN/state.pt
+        source, run_dir = str(file), _run_of_state(file)
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"hf:{path}: the tokenizer has no chat template")
     return LoadedPolicy(model.to(dev).eval(), tokenizer, source, run_dir, run_config)
