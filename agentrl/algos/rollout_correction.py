@@ -97,6 +97,25 @@ def _seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _seq_sum(x, mask) / mask.sum(-1).clamp_min(1)
 
 
+def _safe(log_w: float) -> float:
+    """A log-weight clamped to ±SAFETY_BOUND, as the weights themselves are."""
+    return min(max(log_w, -SAFETY_BOUND), SAFETY_BOUND)
+
+
+def _ess_and_std(c: torch.Tensor) -> tuple[float, float]:
+    """The normalised effective sample size 1 / mean((c / mean c)²) and the population std of the
+    clamped weights ``c`` [N] (all > 0), in float64 and in the form 1 / (1 + var / mean²): the ESS
+    is at most 1 by Cauchy–Schwarz, and this form keeps it there in floating point too (1 + a
+    non-negative number is never below 1), so equal weights give exactly 1.0 whatever the kernels'
+    summation order (the float32 ratio form gave 1.0000001 on AVX2). Empty ``c`` gives (1.0, 0.0)."""
+    if c.numel() == 0:
+        return 1.0, 0.0
+    c = c.detach().to(torch.float64)
+    mean = c.mean()
+    var = (c - mean).square().mean()  # two passes: no E[c²] − E[c]² cancellation
+    return (1.0 / (1.0 + var / mean.square())).item(), var.sqrt().item()
+
+
 def rollout_is_weights(
     log_ratio: torch.Tensor,
     mask: torch.Tensor,
@@ -124,16 +143,17 @@ def rollout_is_weights(
     w = w * m
     lo = 1.0 / threshold
     clamped = w.clamp(lo, threshold)
-    mean_c = masked_mean(clamped, m)
+    ess, std = _ess_and_std(clamped[on])
     metrics = (
         {}
         if not rows.any()
         else {
             "rollout_is_mean": masked_mean(w, m).item(),
-            "rollout_is_max": math.exp(min(stat_log.max().item(), SAFETY_BOUND)),
-            "rollout_is_min": math.exp(max(stat_log.min().item(), -SAFETY_BOUND)),
-            "rollout_is_std": (masked_mean(clamped.square(), m) - mean_c.square()).clamp_min(0).sqrt().item(),
-            "rollout_is_eff_sample_size": 1.0 / masked_mean((clamped / (mean_c + 1e-8)).square(), m).item(),
+            # both ends clamped to ±SAFETY_BOUND: a sequence sum above 709 overflowed math.exp
+            "rollout_is_max": math.exp(_safe(stat_log.max().item())),
+            "rollout_is_min": math.exp(_safe(stat_log.min().item())),
+            "rollout_is_std": std,
+            "rollout_is_eff_sample_size": ess,
             "rollout_is_ratio_fraction_high": (stat_log > math.log(threshold)).double().mean().item(),
             "rollout_is_ratio_fraction_low": (stat_log < math.log(lo)).double().mean().item(),
         }

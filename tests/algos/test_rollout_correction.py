@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrl.algos import policy_loss, policy_loss_gspo
-from agentrl.algos.rollout_correction import RS_OPTIONS, parse_rs_options, rollout_correction
+from agentrl.algos.rollout_correction import (
+    RS_OPTIONS,
+    parse_rs_options,
+    rollout_correction,
+    rollout_is_weights,
+)
 from tests.reference_algos import policy_loss_python, rollout_correction_python
 
 # log r = old − rollout = [0.5, 0, −0.2], plus a padding position
@@ -169,3 +174,46 @@ def test_batch_normalised_weights_on_three_ranks_equal_one_process(level):
     assert not torch.allclose(
         one, rollout_correction(old, roll, mask, rollout_is=level, rollout_is_threshold=1.5)[0]
     )
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("value", [0.0, 0.1, -0.3, 1e-7, 0.7])
+def test_equal_weights_have_an_effective_sample_size_of_exactly_one(level, dtype, value):
+    # Every token carries the same log-ratio, so every weight is the same: ESS = 1 exactly (the
+    # float32 ratio form gave 1.0000001 on AVX2 kernels, above its own Cauchy–Schwarz bound).
+    for shape in [(1, 1), (3, 7), (16, 333), (64, 1025)]:
+        lr = torch.full(shape, value, dtype=dtype)
+        mask = torch.ones(shape, dtype=torch.long)
+        if level == "token" and shape[1] > 1:
+            mask[0, -1] = 0  # a padded position (at sequence level it would change row 0's weight)
+        _, m = rollout_is_weights(lr, mask, level, threshold=2.0)
+        assert m["rollout_is_eff_sample_size"] == 1.0, (shape, value)
+        assert m["rollout_is_std"] == pytest.approx(0.0, abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(-30.0, 30.0, allow_nan=False), min_size=1, max_size=64),
+    st.sampled_from([1.0001, 1.5, 2.0, 10.0, 1e4]),
+    st.sampled_from([torch.float32, torch.float64]),
+)
+def test_effective_sample_size_stays_in_its_range_and_equals_the_python_formula(logs, threshold, dtype):
+    lr = torch.tensor([logs], dtype=dtype)
+    _, m = rollout_is_weights(lr, torch.ones_like(lr, dtype=torch.long), "token", threshold=threshold)
+    ess = m["rollout_is_eff_sample_size"]
+    assert 0.0 < ess <= 1.0
+    # the slow formula on Python floats over the same (clamped, dtype-rounded) weights
+    clamped = torch.exp(lr[0]).clamp(1.0 / threshold, threshold).tolist()
+    mean = sum(clamped) / len(clamped)
+    assert ess == pytest.approx(1.0 / (sum((c / mean) ** 2 for c in clamped) / len(clamped)), rel=1e-9)
+    # one weight at the threshold and the rest at its inverse: the extreme the clamp allows
+    n = len(logs)
+    ext = torch.full((1, n + 1), -50.0, dtype=dtype)
+    ext[0, 0] = 50.0
+    _, m = rollout_is_weights(ext, torch.ones_like(ext, dtype=torch.long), "token", threshold=threshold)
+    hi, lo = threshold, 1.0 / threshold
+    mean = (hi + n * lo) / (n + 1)
+    want = mean**2 / ((hi**2 + n * lo**2) / (n + 1))
+    assert m["rollout_is_eff_sample_size"] == pytest.approx(want, rel=1e-6)
+    assert 0.0 < m["rollout_is_eff_sample_size"] <= 1.0
