@@ -54,3 +54,18 @@ def pytest_unconfigure(config):
         else:
             os.environ[k] = v
     del config.stash[_CREATED]
+
+
+def pytest_report_header(config):
+    """The kernel set and threads this session's torch runs with, so a log says which it tested
+    (``ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2`` forces the AVX2 set on any x86)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch: not installed"
+    return (
+        f"torch {torch.__version__}: CPU kernels {torch.backends.cpu.get_cpu_capability()}, "
+        f"{torch.get_num_threads()} intra-op threads"
+        f" (ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', 'unset')},"
+        f" OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"
+    )

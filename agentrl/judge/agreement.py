@@ -23,6 +23,7 @@ import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
 
@@ -99,12 +100,13 @@ def cohen_kappa(pairs: Iterable[tuple[Hashable, Hashable]]) -> float | None:
     if not pairs:
         return None
     n = len(pairs)
-    p_o = sum(a == b for a, b in pairs) / n
+    # exact rationals, rounded once: κ stays in [−1, 1] (and is exactly 1 for full agreement)
+    p_o = Fraction(sum(a == b for a, b in pairs), n)
     ca, cb = Counter(a for a, _ in pairs), Counter(b for _, b in pairs)
-    p_e = sum(ca[k] * cb[k] for k in ca) / (n * n)
-    if p_e >= 1.0:
+    p_e = Fraction(sum(ca[k] * cb[k] for k in ca), n * n)
+    if p_e >= 1:
         return None
-    return (p_o - p_e) / (1.0 - p_e)
+    return float((p_o - p_e) / (1 - p_e))
 
 
 def flip_rate(groups: Iterable[Sequence[Hashable]]) -> float | None:

@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentrl.cli
 from agentrl.errors import ConfigError
@@ -252,3 +254,14 @@ def test_judge_errors_are_counted_and_their_criteria_left_out(judge_server, run_
     )
     assert r.judge_errors == 6 and [c.id for c in r.criteria] == ["citation"]
     assert r.flip_rate == {"strict": 0.0, "ternary": 0.0, "binary": 0.0} and r.most_stable == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from("abc")), min_size=1, max_size=97))
+def test_cohen_kappa_never_leaves_its_range_and_full_agreement_is_exactly_one(pairs):
+    k = cohen_kappa(pairs)
+    if k is not None:
+        assert -1.0 <= k <= 1.0
+        assert k == pytest.approx(reference_kappa(pairs), abs=1e-12)
+    same = [(a, a) for a, _ in pairs]
+    assert cohen_kappa(same) in (None, 1.0)  # exactly 1.0, not 0.9999999999999998
