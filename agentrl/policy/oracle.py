@@ -8,8 +8,12 @@ With ``noise`` = p it opens, with probability p per episode (per step of a multi
 of the task's distractors (a gossip page or an analyst preview, or the superseded 10-Q of a
 restatement, visible at the task date *and listed in its search results*) instead of the official
 source, and states that page's figure as fact, so rewards spread the way a
-real policy's would. It never opens a URL it has not seen: a demonstration that did would teach a
-model to invent URLs (when no distractor was listed, it opens the official release). At noise 0 it
+real policy's would. It never opens a URL it has not seen, since a demonstration that did would
+teach a model to write URLs from memory: when its search did not list the page it chose, it
+searches again with the task's ``followup_query`` (the period whose release holds the figure: the
+Q4 release for a full year, the latest reported quarter for a trap), and only then opens it (on
+the default sandbox, 77 of 550 episodes search twice; before the follow-up, those 77 opened an
+unlisted page; ``agentrl.eval.research``'s ``url_from_context`` measures it). At noise 0 it
 scores the rubric maximum on every sandbox task. Its turns are Hermes ``<tool_call>`` text (or
 OpenAI ``tool_calls`` with ``style="openai"``), so they exercise the env's parser.
 
@@ -102,8 +106,9 @@ class OraclePolicy:
         return self._call("answer", {"report": report}, turn)
 
     async def act(self, messages: list[Message], ctx: EpisodeContext) -> Message:
-        """Turn 1: search; turn 2: open the chosen source; turn 3: answer from it (a multi-source
-        task: a search and a page per step, then the answer)."""
+        """Search; when the search did not list the chosen source and the task has a follow-up
+        query, search that; open the source; answer from it (a multi-source task: a search and a
+        page per step, then the answer)."""
         if messages and messages[-1].role == "user" and messages[-1].text == SUMMARY_REQUEST:
             notes = "\n".join(f"- {name}: {arg}" for name, arg, _ in _calls(messages[:-1]))
             return Message(role="assistant", content=notes or "- nothing yet")
@@ -115,10 +120,23 @@ class OraclePolicy:
         src = self._source(messages, ctx)
         if not gt or src is None:
             return self._call("answer", {"report": "I could not find a reliable answer."}, turn)
-        if turn == 0:
+        calls = _calls(messages)
+        if turn and not calls:  # a caller that shows earlier turns without their calls: go by turn
+            if turn == 1:
+                return self._call("open_url", {"url": src["url"]}, turn)
+            return self._answer(gt, src, turn)
+        searches = [result for name, _, result in calls if name == "search"]
+        if not searches:
             return self._call("search", {"query": gt.get("query", ""), "k": 5}, turn)
-        if turn == 1:
+        if not any(name == "open_url" for name, _, _ in calls):
+            followup = gt.get("followup_query")
+            if followup and len(searches) == 1 and src["url"] not in searches[0]:
+                return self._call("search", {"query": followup, "k": 5}, turn)
             return self._call("open_url", {"url": src["url"]}, turn)
+        return self._answer(gt, src, turn)
+
+    def _answer(self, gt: dict[str, Any], src: dict[str, Any], turn: int) -> Message:
+        """The report from the page ``src`` (the rumour's template for a distractor)."""
         template = gt["report"] if src.get("kind") == "official" else gt.get("rumor_report", gt["report"])
         report = template.replace("<FIGURE>", src["figure"]).replace("<CITE>", src["id"])
         report = report.replace("<URL>", src.get("url", src["id"]))

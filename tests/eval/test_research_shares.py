@@ -124,8 +124,9 @@ def test_the_oracle_researches_on_the_sandbox(suite, tmp_path, noise):
     assert s.query_names_subject.total >= len(trajs) and s.query_names_subject.share == 1.0
     # what the oracle reports is printed on a page it opened, a distractor's figure included
     assert s.answer_figures_opened.share == 1.0 and s.answer_figures_opened.total >= len(trajs) // 2
-    # the oracle opens the page its ground truth names, shown by its search or not: a plain count
-    # of URLs found verbatim in an earlier observation gives the same share
+    # the oracle opens only pages a search listed (a follow-up search where the first did not list
+    # it): every open_url is from context, and a plain count of URLs found verbatim in an earlier
+    # observation gives the same figures
     hits = total = 0
     for t in trajs:
         seen = ""
@@ -137,3 +138,6 @@ def test_the_oracle_researches_on_the_sandbox(suite, tmp_path, noise):
             if m.role == "tool":
                 seen += m.text
     assert (s.url_from_context.hits, s.url_from_context.total) == (hits, total) and total >= len(trajs)
+    assert hits == total
+    searched_twice = sum(t.info["tool_calls"] == 3 for t in trajs)
+    assert searched_twice >= 1  # this world needs the follow-up somewhere

@@ -32,11 +32,13 @@ from tests.robustness.cli_run import agentrl
 
 ROOT = Path(__file__).resolve().parents[2]
 # sha256 of corpus.jsonl + tasks.jsonl of build(seed=0, companies=50) by generator version: v3 on the
-# generator before the fix; v4 (demonstrations written to be copied) pinned when it landed, so a
-# later change that alters worlds without a new GENERATOR_VERSION fails here.
+# generator before the fix; v4 (demonstrations written to be copied) pinned when it landed; v5 adds
+# each single-source task's follow-up query (the corpus is unchanged), so a later change that alters
+# worlds without a new GENERATOR_VERSION fails here.
 SEED0_C50 = {
     3: "9664ebff5c0d48a0057da31bad94c98a12a30f6d5a2c20be73123c465c43353d",
     4: "0c3bcdbbeb28f185dd82866e84275110a596eb73b892dc03ad03e6fc68b84b04",
+    5: "8a2d91dbb9df66fc8851c950bae1fe882554a3b377f2736cdd973e1ab83c7aaa",
 }
 
 

@@ -32,7 +32,7 @@ __all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "MAX_COMPANIES", "build", "mate
 MAX_COMPANIES = 2000
 
 #: Bump when the generator's output changes, so cached builds are not reused.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 
 _ENV_YAML = """\
 # Generated sandbox suite (agentrl sandbox build). Defaults for the env; a run's config overrides them.

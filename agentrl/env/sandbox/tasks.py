@@ -158,6 +158,7 @@ def _task(
     distractors: list[dict[str, Any]],
     report: str,
     rumor_report: str,
+    followup_query: str,
 ) -> dict[str, Any]:
     return {
         "id": tid,
@@ -167,6 +168,8 @@ def _task(
         "rubric": rubric,
         "ground_truth": {
             "query": query,
+            # what a researcher searches next when the first search does not list the source
+            "followup_query": followup_query,
             "official": official,
             # a prediction that happens to print the true figure is not a distractor
             "distractors": [d for d in distractors if d["figure"] != official["figure"]],
@@ -212,6 +215,7 @@ def _quarterly(c: Company, qt: Quarter, metric: str, rng: random.Random, pages: 
         dis,
         report,
         report,
+        f"{poss(c.name)} {qt.label} results official release",
     )
 
 
@@ -251,6 +255,7 @@ def _annual(c: Company, year: int, rng: random.Random, pages: dict) -> dict[str,
         dis,
         report,
         report,
+        f"{poss(c.name)} {q4.label} results",
     )
 
 
@@ -295,6 +300,7 @@ def _summary_trap(c: Company, year: int, n: int, rng: random.Random, pages: dict
         dis,
         report,
         rumor,
+        f"{poss(c.name)} {c.segment} revenue in {qt.label} results",
     )
 
 
@@ -336,6 +342,7 @@ def _quarter_trap(
         dis,
         report,
         rumor,
+        f"{poss(c.name)} {prev.label} results",
     )
 
 
