@@ -20,11 +20,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train a policy with PPO or GRPO. Every config field has a default; see --print-config.",
     )
     p.add_argument("config", nargs="?", help="training config YAML (e.g. examples/quickstart.yaml)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the latest intact checkpoint in output_dir (a damaged newer one is named)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="delete the run already in output_dir and start over (a directory holding other files is refused)",
+        help="delete the run already in output_dir and start over; a file agentrl did not write, anywhere "
+        "in it, is refused by name and nothing is deleted",
     )
     p.add_argument(
         "--set",
@@ -80,9 +85,15 @@ def run(args: argparse.Namespace) -> int:
     from agentrl.train.preflight import check_run
 
     check_run(cfg, resume=args.resume, overwrite=args.overwrite)  # at once, before torch is imported
+    from agentrl.train.distributed import shutdown_distributed
     from agentrl.train.trainer import Trainer
 
-    trainer = Trainer(cfg, progress=not args.no_progress)
-    summary = trainer.run(resume=args.resume, overwrite=args.overwrite)
+    try:
+        trainer = Trainer(cfg, progress=not args.no_progress)
+        summary = trainer.run(resume=args.resume, overwrite=args.overwrite)
+    except BaseException:
+        shutdown_distributed(wait=False)
+        raise
+    shutdown_distributed(wait=True)
     print(json.dumps({k: v for k, v in summary.items() if k != "final"}, indent=2))
     return 0

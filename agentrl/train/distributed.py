@@ -33,8 +33,12 @@ __all__ = [
     "is_main",
     "rank",
     "rank_reduce",
+    "shutdown_distributed",
     "world_size",
 ]
+
+
+_JOINED: list[bool] = []  # non-empty once init_distributed joined a group: shutdown_distributed ends it
 
 
 def init_distributed() -> torch.device | None:
@@ -46,9 +50,25 @@ def init_distributed() -> torch.device | None:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local)
         dist.init_process_group(backend="nccl")
+        _JOINED.append(True)
         return torch.device("cuda", local)
     dist.init_process_group(backend="gloo")
+    _JOINED.append(True)
     return None
+
+
+def shutdown_distributed(*, wait: bool) -> None:
+    """Leave the process group at the end of a run: with ``wait``, every rank first waits for the
+    others (rank 0 still writes the summary), then the group is destroyed. A rank that exited with
+    the group alive could abort in the backend's teardown ("terminate called without an active
+    exception", SIGABRT: a 2-rank gloo run failed so after finishing its work). Without ``wait`` (a
+    rank that failed) it only destroys its side, never blocking on ranks that may be gone."""
+    if not (_JOINED and dist.is_initialized()):
+        return  # a group someone else made (a test, a launcher library) is theirs to end
+    _JOINED.clear()
+    if wait:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def _backend_device() -> torch.device:
