@@ -17,13 +17,21 @@ its files. ``agentrl train`` writes through it; replay, explain and ``agentrl re
       tokens/step_NNNNN.npz        the per-token numbers of step N's update (``write_token_stats``)
       eval/step_NNNNN.jsonl        the judged episodes of the evaluation after step N (0: before RL)
       audit/step_NNNNN.jsonl       the training episodes of step N the audit judge re-scored
-      checkpoints/step_NNNNN/      state.pt (complete exactly when present), meta.json, sharded/ (FSDP)
+      checkpoints/step_NNNNN/      state.pt (complete exactly when present), meta.json, manifest.json,
+                                   sharded/ (FSDP)
       checkpoints/sft_NNNNN/       the same, at warm-start step N (before RL step 0; removed after it)
       vllm_sync/                   the weights a vLLM server reloads (``vllm.sync: full``, by default)
       .agentrl.lock                held by the one process writing the run (``agentrl.runlock``)
 
-``RunDir.entries`` tells the names agentrl writes (``OWNED``) from anything else in the directory, so
-that ``agentrl train --overwrite`` deletes a run and nothing that is not one.
+``LAYOUT`` lists every path above as a pattern, and it is the one rule of what agentrl wrote:
+``RunDir.entries`` tells those (and the leftover temporary files of their atomic writes) from
+anything else anywhere in the tree, so that ``agentrl train --overwrite`` deletes a run and nothing
+that is not one (a file of yours inside ``trajectories/`` makes it refuse, naming the file).
+
+A checkpoint is verified before it is trusted: ``manifest.json``, written after its other files,
+records each one's size and sha256 (``write_checkpoint_manifest``); ``checkpoint_damage`` checks
+them, and ``RunDir.resume_checkpoint`` goes on from the latest intact checkpoint, naming the damaged
+ones, once the run's logs are seen to cover it (``RunDir.check_logs``).
 
 Only the standard library and numpy are imported at module level; torch and yaml only by the
 functions that need them.
@@ -31,16 +39,18 @@ functions that need them.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agentrl.errors import ConfigError
+from agentrl.errors import AgentRLWarning, ConfigError, TornLineWarning
 from agentrl.jsonl import line_text, read_records
 
 __all__ = [
@@ -49,7 +59,9 @@ __all__ = [
     "CONFIG",
     "CONFIG_YAML",
     "EVAL",
+    "LAYOUT",
     "LOCK",
+    "MANIFEST",
     "METRICS",
     "OWNED",
     "REPORT",
@@ -62,14 +74,17 @@ __all__ = [
     "TRAJECTORIES",
     "VLLM_SYNC",
     "RunDir",
+    "checkpoint_damage",
     "checkpoint_order",
     "checkpoint_state_file",
+    "in_layout",
     "mend_jsonl_tail",
     "read_jsonl",
     "read_token_stats",
     "sft_name",
     "step_name",
     "step_number",
+    "write_checkpoint_manifest",
     "write_json",
     "write_token_stats",
 ]
@@ -93,20 +108,62 @@ EVAL = "eval"
 AUDIT = "audit"
 #: The lock file of the process writing the run; neither the run's nor foreign (``entries``).
 LOCK = ".agentrl.lock"
-#: The entries agentrl itself writes at the top of a run directory (``config.yaml`` is the user's).
-OWNED = frozenset(
-    {CONFIG, METRICS, SFT, SUMMARY, REWARD_CURVE, REPORT, TOKENIZER, SAMPLING, TENSORBOARD, TRAJECTORIES,
-     TOKENS, CHECKPOINTS, VLLM_SYNC, EVAL, AUDIT}
-)  # fmt: skip
 #: Inside one checkpoint directory ``checkpoints/step_NNNNN/``.
 STATE = "state.pt"
 META = "meta.json"
+#: The size and sha256 of each of the checkpoint's other files (``write_checkpoint_manifest``).
+MANIFEST = "manifest.json"
 SHARDED = "sharded"
+#: Every file agentrl writes in a run directory, relative to it: ``{n}`` is a step number, ``{ckpt}``
+#: a checkpoint's name (``step_{n}`` or ``sft_{n}``), ``*`` one name, ``**`` anything below. The one
+#: rule of what ``--overwrite`` may delete (``RunDir.entries``); ``config.yaml`` is the user's.
+LAYOUT = (
+    CONFIG, METRICS, SFT, SUMMARY, REWARD_CURVE, REPORT, SAMPLING,
+    f"{TOKENIZER}/*",  # the tokenizer's save_pretrained files
+    f"{TENSORBOARD}/*",  # TensorBoard's event files
+    f"{VLLM_SYNC}/**",  # the weights a vLLM server reloads (save_pretrained; lora-stepNNNNN/ adapters)
+    f"{TRAJECTORIES}/step_{{n}}.jsonl", f"{TOKENS}/step_{{n}}.npz", f"{EVAL}/step_{{n}}.jsonl",
+    f"{AUDIT}/step_{{n}}.jsonl",
+    *(f"{CHECKPOINTS}/{{ckpt}}/{name}" for name in (STATE, META, MANIFEST, f"{SHARDED}/**")),
+    f"{CHECKPOINTS}/.{{ckpt}}.tmp/**",  # a checkpoint being written, or cut short by a kill
+)  # fmt: skip
+#: The names at the top of a run directory that ``LAYOUT`` lists.
+OWNED = frozenset(p.split("/")[0] for p in LAYOUT)
 
 _STEP = re.compile(r"step_(\d+)$")
 _CHECKPOINT = re.compile(r"(sft|step)_(\d+)$")
 # The temporary file of an atomic write (``_replace``, ``write_trajectories``): ``.NAME.tmp-PID``.
 _TMP = re.compile(r"^\.(.+)\.tmp-\d+$")
+
+
+def _pattern(glob: str) -> str:
+    """A ``LAYOUT`` pattern as a regular expression."""
+    parts = re.split(r"(\*\*|\*|\{n\}|\{ckpt\})", glob)
+    tokens = {"**": ".+", "*": "[^/]+", "{n}": r"\d+", "{ckpt}": r"(?:step|sft)_\d+"}
+    return "".join(tokens.get(p, re.escape(p)) for p in parts)
+
+
+def _folders(glob: str) -> list[str]:
+    """The folders a ``LAYOUT`` pattern's files lie in (``**``: any folder below too)."""
+    parts = glob.split("/")
+    found = ["/".join(parts[:i]) for i in range(1, len(parts))]
+    return [*found, glob] if parts[-1] == "**" else found
+
+
+_LAYOUT_FILE = re.compile("|".join(_pattern(g) for g in LAYOUT))
+_LAYOUT_DIR = re.compile("|".join(dict.fromkeys(_pattern(d) for g in LAYOUT for d in _folders(g))))
+
+
+def in_layout(relpath: str, *, folder: bool = False) -> bool:
+    """Whether ``LAYOUT`` lists ``relpath`` (POSIX, relative to the run directory) as a file, or
+    with ``folder`` as a folder; the leftover temporary file of an atomic write (``.NAME.tmp-PID``)
+    counts as the file ``NAME`` beside it."""
+    if folder:
+        return _LAYOUT_DIR.fullmatch(relpath) is not None
+    parent, _, name = relpath.rpartition("/")
+    if (m := _TMP.match(name)) is not None:
+        relpath = f"{parent}/{m.group(1)}" if parent else m.group(1)
+    return _LAYOUT_FILE.fullmatch(relpath) is not None
 
 
 def step_name(step: int) -> str:
@@ -211,6 +268,70 @@ def checkpoint_state_file(path: str | Path) -> Path | None:
         if latest is not None:
             return latest / STATE
     return None
+
+
+def _digest(path: Path) -> tuple[int, str]:
+    """(size, sha256) of the file at ``path``, read a block at a time."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+            size += len(block)
+    return size, h.hexdigest()
+
+
+def write_checkpoint_manifest(directory: Path) -> Path:
+    """Record the size and sha256 of every file of the checkpoint in ``directory`` (``state.pt``,
+    ``meta.json``, FSDP shards) in its ``manifest.json``, written atomically once they are all
+    written; ``checkpoint_damage`` checks them before the checkpoint is trusted."""
+    files: dict[str, dict[str, Any]] = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            size, sha = _digest(p)
+            files[p.relative_to(directory).as_posix()] = {"size": size, "sha256": sha}
+    return write_json(directory / MANIFEST, {"files": files})
+
+
+def checkpoint_damage(directory: Path) -> str | None:
+    """Why the checkpoint in ``directory`` cannot be trusted, as ``FILE: reason``; None when it can.
+    With a manifest (``write_checkpoint_manifest``): a file it lists is missing, or its size or
+    sha256 differs (a full disk, a copy cut short, a file overwritten). A checkpoint written before
+    manifests existed is loaded instead (memory-mapped: the weights are not read): a load error is
+    the damage."""
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        return _unloadable(directory / STATE)
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        listed = {str(k): (int(v["size"]), str(v["sha256"])) for k, v in files.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:  # JSON, UTF-8, shape
+        return f"{manifest}: not a checkpoint manifest ({type(e).__name__}: {e})"
+    if STATE not in listed:
+        return f"{manifest}: does not list {STATE}"
+    for name, (size, sha) in listed.items():
+        p = directory / name
+        if not p.is_file():
+            return f"{p}: missing (the manifest lists it)"
+        if (found := p.stat().st_size) != size:
+            return f"{p}: {found} bytes, where {size} were written"
+        if _digest(p)[1] != sha:
+            return f"{p}: its sha256 is not the one recorded when it was written"
+    return None
+
+
+def _unloadable(state: Path) -> str | None:
+    """Why torch cannot load the ``state.pt`` of a checkpoint without a manifest (None: it can)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(state):  # torch.save's archive; its own error would blame mmap
+        return f"{state}: not a torch checkpoint archive (cut short or overwritten)"
+    import torch
+
+    try:
+        data = torch.load(state, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as e:  # a damaged archive: PytorchStreamReader, UnpicklingError, EOFError ...
+        return f"{state}: cannot be loaded ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
+    return None if isinstance(data, dict) and "step" in data else f"{state}: not an agentrl checkpoint"
 
 
 class RunDir:
@@ -337,25 +458,89 @@ class RunDir:
         """The run's latest complete checkpoint directory, or None."""
         return self.latest_in(self.checkpoints_dir)
 
+    def resume_checkpoint(self) -> Path | None:
+        """The checkpoint ``--resume`` goes on from: the latest complete one that is intact
+        (``checkpoint_damage``), each newer damaged one named in a warning; None when the run has
+        no complete checkpoint. ``ConfigError`` naming the file when every one is damaged, or when
+        the run's logs do not cover the one found (``check_logs``)."""
+        damaged: list[str] = []
+        for ckpt in reversed(self.complete_in(self.checkpoints_dir)):
+            why = checkpoint_damage(ckpt)
+            if why is None:
+                for d in damaged:
+                    warnings.warn(
+                        f"--resume: damaged checkpoint {d}; going on from {ckpt.name}",
+                        AgentRLWarning,
+                        stacklevel=2,
+                    )
+                self.check_logs(ckpt)
+                return ckpt
+            damaged.append(why)
+        if not damaged:
+            return None
+        more = f" (and the {len(damaged) - 1} before it)" if len(damaged) > 1 else ""
+        raise ConfigError(
+            f"--resume: no intact checkpoint to go on from: {damaged[0]}{more}; start over with --overwrite"
+        )
+
+    def check_logs(self, checkpoint: Path) -> None:
+        """``ConfigError`` unless the run's logs hold every step ``checkpoint`` comes after:
+        ``metrics.jsonl`` a row for each RL step 1…n of ``step_n``, ``sft.jsonl`` one for each
+        warm-start step 1…k of ``sft_k`` (the trainer logs a step before it checkpoints it). A
+        resume without them would end with a summary and a curve of the later steps alone."""
+        kind, n = checkpoint_order(checkpoint) or (1, 0)
+        file, key = (self.metrics_file, "step") if kind == 1 else (self.sft_file, "sft/step")
+        if n == 0:
+            return
+        name = checkpoint.relative_to(self.path) if checkpoint.is_relative_to(self.path) else checkpoint
+        if not file.is_file():
+            raise ConfigError(
+                f"--resume: {file} is missing, and {name} comes after step {n}: the run's files disagree; "
+                f"put the run's {file.name} back, or start over with --overwrite"
+            )
+        with warnings.catch_warnings():  # a torn last line: noted once, when the trainer reads it
+            warnings.simplefilter("ignore", TornLineWarning)
+            rows = read_jsonl(file)
+        logged = {int(r[key]) for r in rows if isinstance(r.get(key), int | float)}
+        missing = [s for s in range(1, n + 1) if s not in logged]
+        if missing:
+            raise ConfigError(
+                f"--resume: {file} lacks steps {_spans(missing)}, and {name} comes after step {n}: the "
+                f"run's files disagree; put the run's {file.name} back, or start over with --overwrite"
+            )
+
     def entries(self) -> tuple[list[str], list[str]]:
-        """The names in the directory, sorted, as (what agentrl wrote: ``OWNED`` names and their
-        leftover temporary files; everything else). ``config.yaml``, the user's, and the lock file
-        are in neither.
-        Two empty lists when the directory does not exist."""
+        """What the directory holds, sorted, as (the names at its top that ``LAYOUT`` lists, or the
+        temporary files of their writes; the paths, relative to it, of everything anywhere in the
+        tree that ``LAYOUT`` does not list — a folder it does not list named once, for all it holds).
+        ``config.yaml`` (the user's) and the lock file at the top are in neither. Symbolic links are
+        judged by their names, never followed. Two empty lists when the directory does not exist."""
         if not self.path.is_dir():
             return [], []
-        ours, foreign = [], []
-        for p in sorted(self.path.iterdir()):
-            m = _TMP.match(p.name)
-            if p.name in OWNED or (m is not None and m.group(1) in OWNED):
-                ours.append(p.name)
-            elif p.name not in (CONFIG_YAML, LOCK):
-                foreign.append(p.name)
+        ours: list[str] = []
+        foreign: list[str] = []
+
+        def walk(folder: Path, prefix: str) -> None:
+            for p in sorted(folder.iterdir()):
+                rel = prefix + p.name
+                if not prefix and p.name in (CONFIG_YAML, LOCK):
+                    continue
+                is_folder = p.is_dir() and not p.is_symlink()
+                if not in_layout(rel, folder=is_folder):
+                    foreign.append(rel)  # a folder: named once, not looked into
+                    continue
+                if is_folder:
+                    walk(p, rel + "/")
+                if not prefix:
+                    ours.append(p.name)
+
+        walk(self.path, "")
         return ours, foreign
 
     def clear(self) -> list[str]:
-        """Delete what agentrl wrote here (``entries()[0]``); ``ConfigError`` naming them when the
-        directory holds anything else, and then nothing is deleted. Returns the names deleted."""
+        """Delete what agentrl wrote here (``entries()[0]``); ``ConfigError`` naming the paths of
+        anything else, anywhere in the tree (``entries()[1]``), and then nothing is deleted. Returns
+        the names deleted."""
         import shutil
 
         ours, foreign = self.entries()
@@ -373,14 +558,16 @@ class RunDir:
 
     def forget_after(self, step: int) -> None:
         """Delete the trajectories, per-token files, evaluations and audits of the steps after
-        ``step``, and the temporary files of interrupted writes (a resumed run recomputes those steps)."""
+        ``step``, and the temporary files of interrupted writes (a resumed run recomputes those
+        steps); only files ``LAYOUT`` lists."""
         for folder in (TRAJECTORIES, TOKENS, EVAL, AUDIT):
             d = self.path / folder
             if not d.is_dir():
                 continue
             for p in d.iterdir():
                 s = step_number(p)
-                if (s is not None and s > step) or _TMP.match(p.name):
+                later = (s is not None and s > step) or _TMP.match(p.name)
+                if later and in_layout(f"{folder}/{p.name}"):  # never a file of the user's
                     p.unlink()
 
     # ---- readers -----------------------------------------------------------------------------------
@@ -425,7 +612,13 @@ class RunDir:
             import torch
 
             # mmap: the weights are not read, only the small config entry is touched.
-            state = torch.load(latest / STATE, map_location="cpu", weights_only=False, mmap=True)
+            try:
+                state = torch.load(latest / STATE, map_location="cpu", weights_only=False, mmap=True)
+            except Exception as e:  # a damaged file: one line, never torch's traceback
+                why = checkpoint_damage(latest) or f"{latest / STATE}: {type(e).__name__}"
+                raise ConfigError(
+                    f"{self.path} has no {CONFIG}, and its latest checkpoint is damaged: {why}"
+                ) from None
             cfg = dict(state.get("config") or {})
         self._config = cfg
         return cfg
@@ -464,6 +657,17 @@ class RunDir:
 
     def write_token_stats(self, step: int, stats: dict[str, dict[str, np.ndarray]]) -> Path:
         return write_token_stats(self.token_file(step), stats)
+
+
+def _spans(steps: list[int]) -> str:
+    """``1-3, 7``: sorted step numbers as runs."""
+    spans: list[list[int]] = []
+    for s in steps:
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 def _names(names: list[str], most: int = 4) -> str:

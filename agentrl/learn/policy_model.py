@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
-from agentrl.rundir import SHARDED, TOKENIZER, checkpoint_state_file
+from agentrl.rundir import SHARDED, STATE, TOKENIZER, RunDir, checkpoint_damage, checkpoint_state_file
 
 __all__ = ["LoadedPolicy", "checkpoint_run_dir", "load_policy_model", "pick_device"]
 
@@ -60,8 +60,9 @@ def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
 
     try:
         state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as e:  # a truncated or foreign file
-        raise ConfigError(f"hf:{file}: not a checkpoint: {e}") from None
+    except Exception as e:  # a truncated or foreign file (torch's own words may blame mmap)
+        why = (str(e).splitlines() or [""])[0][:200]
+        raise ConfigError(f"hf:{file}: not a torch checkpoint ({type(e).__name__}: {why})") from None
     if not isinstance(state, dict) or "model" not in state:
         raise ConfigError(f"hf:{file}: not an agentrl checkpoint (no model weights)")
     if state.get("sharded"):
@@ -97,6 +98,20 @@ def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
     except RuntimeError as e:
         raise ConfigError(f"hf:{file}: weights do not fit the rebuilt model: {str(e)[:300]}") from None
     return model, tokenizer, dict(state.get("config") or {})
+
+
+def _check_intact(path: str | Path, file: Path) -> None:
+    """``ConfigError`` naming the damaged file when the checkpoint of ``file`` (an ``agentrl train``
+    ``state.pt``) fails its check (``agentrl.rundir.checkpoint_damage``: the sizes and sha256 of
+    its manifest), with the run's other checkpoints to point ``hf:`` at instead."""
+    if file.name != STATE:
+        return
+    why = checkpoint_damage(file.parent)
+    if why is None:
+        return
+    others = [p.name for p in reversed(RunDir.complete_in(file.parent.parent)) if p != file.parent]
+    hint = f"; point hf: at another checkpoint of the run ({', '.join(others[:3])})" if others else ""
+    raise ConfigError(f"hf:{path}: damaged checkpoint {why}{hint}")
 
 
 def _is_model_dir(p: Path) -> bool:
@@ -138,6 +153,7 @@ def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
             raise ConfigError(
                 f"hf:{path}: neither a transformers directory (config.json) nor an agentrl run or checkpoint"
             )
+        _check_intact(path, file)
         model, tokenizer, run_config = _from_checkpoint(file)
         source, run_dir = str(file), _run_of_state(file)
     if not getattr(tokenizer, "chat_template", None):

@@ -9,7 +9,8 @@ its hash); ``save_run`` writes it with the modules of ``build.Models.checkpointe
 ``presampled`` (a ``rollout.staleness: 1`` run's batch sampled ahead) is written only when there is one,
 ``sft`` (the warm-start step and its batch sampler's state) only in a warm-start checkpoint
 (``checkpoints/sft_NNNNN``, whose ``optimizer`` is the warm start's). ``prune_checkpoints`` keeps
-the last few."""
+the last few. Each checkpoint carries a ``manifest.json`` (sizes and sha256 of its files), verified
+before a resume trusts it (``agentrl.rundir.RunDir.resume_checkpoint``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,16 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.outputs import torch_save
-from agentrl.rundir import META, SHARDED, STATE, RunDir, checkpoint_order, sft_name, step_name
+from agentrl.rundir import (
+    META,
+    SHARDED,
+    STATE,
+    RunDir,
+    checkpoint_order,
+    sft_name,
+    step_name,
+    write_checkpoint_manifest,
+)
 from agentrl.train.distributed import barrier, is_main
 from agentrl.train.fsdp import load_sharded, sharded_state
 
@@ -165,7 +175,9 @@ def save_checkpoint(
     sharded: dict[str, Any] | None = None,
     name: str | None = None,
 ) -> Path:
-    """Write ``state`` (state dicts and plain values) to ``directory/step_NNNNN`` (or ``name``) atomically.
+    """Write ``state`` (state dicts and plain values) to ``directory/step_NNNNN`` (or ``name``) atomically,
+    with a ``manifest.json`` of every file's size and sha256 (``agentrl.rundir.checkpoint_damage``
+    checks them before a resume trusts the checkpoint).
 
     With ``sharded`` (FSDP state dicts of DTensors), every rank must call this: each writes its own
     shards under ``step_NNNNN/sharded`` with ``torch.distributed.checkpoint``, and rank 0 writes
@@ -192,6 +204,7 @@ def save_checkpoint(
         }
         torch_save({**state, "step": step, "rng": rng}, tmp / STATE)  # a full disk: OSError naming it
         (tmp / META).write_text(json.dumps({"step": step, "sharded": sharded is not None}))
+        write_checkpoint_manifest(tmp)  # last: what a resume verifies before it trusts the files
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -201,8 +214,14 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint and restore the RNG states; returns the saved state (``step`` included)."""
-    state = torch.load(path / STATE, map_location="cpu", weights_only=False)
+    """Load a checkpoint and restore the RNG states; returns the saved state (``step`` included).
+    A file torch cannot load is a ``ConfigError`` naming it (``RunDir.resume_checkpoint`` has
+    verified the checkpoint; this is the last line of defence, e.g. a file damaged since)."""
+    try:
+        state = torch.load(path / STATE, map_location="cpu", weights_only=False)
+    except Exception as e:  # PytorchStreamReader, UnpicklingError, EOFError ...: never a traceback
+        why = (str(e).splitlines() or [""])[0][:200]
+        raise ConfigError(f"{path / STATE}: a damaged checkpoint ({type(e).__name__}: {why})") from None
     rng = state["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])

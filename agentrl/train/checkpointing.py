@@ -57,8 +57,9 @@ class Checkpointing:
 
     # ---- where a resume starts ----------------------------------------------------------------------
     def resume_point(self, resume: bool) -> Path | None:
-        """The checkpoint a resume continues (None: a fresh start) and, from it, ``warm_from``."""
-        latest = RunDir(self.out).latest_checkpoint() if resume else None
+        """The checkpoint a resume continues (None: a fresh start) and, from it, ``warm_from``: the
+        latest intact one whose steps the logs hold (``RunDir.resume_checkpoint``)."""
+        latest = RunDir(self.out).resume_checkpoint() if resume else None
         if latest is None:
             self.warm_from = 0
         elif is_warm_start_checkpoint(latest):

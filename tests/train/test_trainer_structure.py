@@ -166,6 +166,8 @@ def test_save_and_resume_restore_the_train_state(tmp_path):
     t.step, t.models.kl_ctrl.value = 5, 0.123
     for _ in range(2):
         t.models.sched.step()
+    for step in range(1, 6):  # the logged steps 1-5 a resume checks that step_00005 comes after
+        t.log.step({"step": step})
     t.save()
     back = Trainer(train_config(tmp_path, **over), progress=False)
     back.setup(resume=True)
