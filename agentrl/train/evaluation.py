@@ -135,7 +135,12 @@ def evaluate_after_step(trainer: Trainer, step: int) -> dict[str, float]:
             m |= ev.evaluate(step)
         if is_main() and ev.audit_due(step):
             trainer.report.step_phase(step, "audit")
-            m |= ev.audit_step(step)
+            audit = ev.audit_step(step)
+            # one flag for the step: either series' check that fired sets it (the training series'
+            # check must not overwrite the evaluation's)
+            if "audit/divergence" in m and "audit/divergence" in audit:
+                audit["audit/divergence"] = max(m["audit/divergence"], audit["audit/divergence"])
+            m |= audit
     return m
 
 

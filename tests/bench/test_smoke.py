@@ -11,6 +11,7 @@ here fails ``test_every_bench_script_has_a_smoke_test``. The heavy ones are mark
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -418,7 +419,17 @@ def test_seeds_by_split(tmp_path: Path) -> None:
     assert t["gain"]["mean"] == pytest.approx(0.3) and (t["tasks"], t["episodes"]) == (3, 6)
     assert (h["before"]["mean"], h["after"]["mean"], h["gain"]["mean"]) == pytest.approx((0.5, 0.3, -0.2))
     assert (h["multi_before"], h["multi_after"]) == pytest.approx((0.5, 0.3)) and t["multi_before"] is None
-    assert 0 <= t["p_value"] <= 1 and (h["tasks"], h["episodes"]) == (2, 4)
+    assert (h["tasks"], h["episodes"]) == (2, 4)
+    # the paired sign-flip p-value of each split's per-task gains, every sign pattern enumerated:
+    # train (+0.6, +0.3, 0.0): 4 of 8 patterns reach |mean| 0.3; held-out (0.0, -0.4): all 4 do
+    for split, gains in ((t, [0.6, 0.3, 0.0]), (h, [0.0, -0.4])):
+        pats = list(itertools.product((1, -1), repeat=len(gains)))
+        obs = abs(sum(gains)) / len(gains)
+        slow = sum(
+            abs(sum(s * g for s, g in zip(p, gains, strict=True))) / len(gains) >= obs - 1e-12 for p in pats
+        )
+        assert split["p_value"] == pytest.approx(slow / len(pats))
+    assert (t["p_value"], h["p_value"]) == pytest.approx((0.5, 1.0))
     # a finished run that evaluated both splits: its row's held-out figures are the held-out tasks'
     run = tmp_path / "run"
     run.mkdir()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -117,7 +118,14 @@ def test_evaluations_are_logged_stored_and_summarised(runs, suite):
     assert gain["pairs"] == 6 and gain["difference"]["mean"] == pytest.approx(
         summary["eval_after"]["reward"]["mean"] - summary["eval_before"]["reward"]["mean"]
     )
-    assert summary["audit"]["divergence"] in (True, False) and "val-audit" in summary["audit"]
+    # the flag at step 2 is the check over the three evaluations' audited means (window 3), slopes by
+    # np.polyfit; the summary's flag is whether any row's fired
+    fits = [np.polyfit([0, 1, 2], [r[f"val-audit/{k}_mean"] for r in rows], 1)[0] for k in ("train", "audit")]
+    fires = bool(fits[0] > 0 and fits[1] < 0 and (fits[0] - fits[1]) * 2 >= 0.1)
+    assert rows[2]["audit/divergence"] == float(fires)
+    assert rows[2]["val-audit/train_slope"] == pytest.approx(fits[0])
+    assert summary["audit"]["divergence"] is fires and "val-audit" in summary["audit"]
+    assert summary["audit"]["first_divergence_step"] == (2 if fires else None)
     assert (run / "reward_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 

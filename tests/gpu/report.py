@@ -1,7 +1,9 @@
 """The GPU kit's report: what each section measured (or why it did not), as JSON and as Markdown.
 
 A section records into a ``Recorder``: figures (one number or word each), tables (rows of figures,
-one row per variant measured) and checks (an acceptance condition and whether it held). With a
+one row per variant measured) and checks (an acceptance condition and whether it held) — only what
+this run measured — and, apart from them, references: figures measured elsewhere to compare with
+(a CPU run's, say), each with where they come from, when and on what machine. With a
 ``path``, every record is written to that file at once (atomically), so a section killed at its time
 budget still leaves what it had measured. ``Report`` holds every section's ``SectionResult``;
 ``Report.write(out)`` writes ``report.json`` and ``report.md`` (the same data, rendered).
@@ -17,7 +19,16 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["Check", "Recorder", "Report", "SectionResult", "Value", "load_result", "render_markdown"]
+__all__ = [
+    "Check",
+    "Recorder",
+    "Reference",
+    "Report",
+    "SectionResult",
+    "Value",
+    "load_result",
+    "render_markdown",
+]
 
 Value = float | int | str | bool | None
 Status = Literal["pending", "ok", "failed", "skipped", "timeout"]
@@ -30,8 +41,19 @@ class Check(BaseModel):
     detail: str = ""
 
 
+class Reference(BaseModel):
+    """Figures measured elsewhere, kept beside a section's own to compare with (never mixed into its
+    ``figures``); a figure named as one the section measures compares with that one."""
+
+    figures: dict[str, Value]
+    source: str = Field(description="where the figures were published, and the command that produced them")
+    date: str = Field(description="when they were measured, ISO 8601")
+    machine: str = Field(description="what they were measured on: the CPU (or card), its cores, its load")
+
+
 class SectionResult(BaseModel):
-    """One section of the kit: its status, why (when not ok), its time and what it measured."""
+    """One section of the kit: its status, why (when not ok), its time and what it measured; the
+    references it compares with are apart (``references``)."""
 
     name: str
     title: str = ""
@@ -42,12 +64,14 @@ class SectionResult(BaseModel):
     figures: dict[str, Value] = Field(default_factory=dict)
     tables: dict[str, list[dict[str, Value]]] = Field(default_factory=dict)
     checks: dict[str, Check] = Field(default_factory=dict)
+    references: dict[str, Reference] = Field(default_factory=dict)
 
 
 class Report(BaseModel):
     """The whole kit's run: where it ran, with what budget, and each section in the order run."""
 
-    schema_version: int = 1
+    schema_version: int = 2
+    """2: reference figures moved out of a section's ``figures`` into its ``references``."""
     mode: Literal["gpu", "dry-run"]
     device: str = Field(description="the card's name (torch.cuda.get_device_name), or 'cpu'")
     date: str = Field(description="UTC date and time the kit started, ISO 8601")
@@ -96,6 +120,13 @@ class Recorder:
         self.result.tables.setdefault(table, []).append({k: _finite(v) for k, v in values.items()})
         self.flush()
 
+    def reference(self, name: str, ref: Reference) -> None:
+        """Record figures measured elsewhere (``ref``, with its provenance) to compare with."""
+        self.result.references[name] = ref.model_copy(
+            update={"figures": {k: _finite(v) for k, v in ref.figures.items()}}
+        )
+        self.flush()
+
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.result.checks[name] = Check(ok=bool(ok), detail=detail)
         self.flush()
@@ -140,8 +171,8 @@ def _table(rows: list[dict[str, Value]]) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
-    """The report as Markdown: a summary table of the sections, then each section's checks, figures
-    and tables, in the order they ran."""
+    """The report as Markdown: a summary table of the sections, then each section's checks, figures,
+    tables and references (each beside this run's figure of the same name), in the order they ran."""
     lines = [
         f"# agentrl GPU acceptance kit: {report.device}, {report.date}",
         "",
@@ -171,6 +202,16 @@ def render_markdown(report: Report) -> str:
             lines += [f"| {k} | {_fmt(v)} |" for k, v in s.figures.items()]
         for name, rows in s.tables.items():
             lines += ["", f"**{name}**", "", *_table(rows)]
+        for name, ref in s.references.items():
+            lines += [
+                "",
+                f"**reference: {name}** (not measured by this run: {_fmt(ref.source)}; {_fmt(ref.date)}; "
+                f"{_fmt(ref.machine)})",
+                "",
+                "| figure | reference | this run |",
+                "|---|---|---|",
+            ]
+            lines += [f"| {k} | {_fmt(v)} | {_fmt(s.figures.get(k, '–'))} |" for k, v in ref.figures.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,16 @@ def test_the_dry_run_runs_every_section_and_every_check_holds(dry):
     for s in report.sections:
         assert s.status == "ok", (s.name, s.reason)
         assert s.checks and all(c.ok for c in s.checks.values()), s.name
-        assert s.figures or s.tables, s.name
+        # a number this run measured (a time, a rate, a difference), not only its settings
+        measured = [v for v in s.figures.values() if isinstance(v, float)]
+        measured += [
+            v for rows in s.tables.values() for r in rows for v in r.values() if isinstance(v, float)
+        ]
+        assert measured, s.name
+        for ref in s.references.values():  # figures measured elsewhere: apart, with their provenance
+            assert ref.source and ref.date and ref.machine, s.name
+            quoted = {v for v in ref.figures.values() if isinstance(v, float)}
+            assert not quoted & set(measured), (s.name, quoted & set(measured))
 
 
 def test_the_dry_run_measures_what_the_gpu_run_reports(dry):
@@ -65,6 +74,8 @@ def test_the_dry_run_measures_what_the_gpu_run_reports(dry):
     assert served["after_sync"]["max_abs_diff"] < 1e-4 < served["before_sync"]["max_abs_diff"]
     qs = _section(report, "quickstart").figures
     assert qs["steps_done"] == 2 and qs["complete"] is True and math.isfinite(qs["s_per_step"])
+    cpu = _section(report, "quickstart").references["cpu"]  # the CPU run, beside this run's same figures
+    assert cpu.figures["steps_done"] == 120 and cpu.figures.keys() <= qs.keys() and cpu.date == "2026-11-24"
     assert _section(report, "device").figures["version/pydantic"] != "not installed"
 
 
