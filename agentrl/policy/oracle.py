@@ -10,8 +10,9 @@ restatement, visible at the task date *and listed in its search results*) instea
 source, and states that page's figure as fact, so rewards spread the way a
 real policy's would. It never opens a URL it has not seen, since a demonstration that did would
 teach a model to write URLs from memory: when its search did not list the page it chose, it
-searches again with the task's ``followup_query`` (the period whose release holds the figure: the
-Q4 release for a full year, the latest reported quarter for a trap), and only then opens it (on
+searches again with the task's ``followup_query`` (the headline of the release that holds the
+figure: the Q4 release for a full year, the latest reported quarter for a trap; two results, to
+keep the context short), and only then opens it (on
 the default sandbox, 77 of 550 episodes search twice; before the follow-up, those 77 opened an
 unlisted page; ``agentrl.eval.research``'s ``url_from_context`` measures it). At noise 0 it
 scores the rubric maximum on every sandbox task. Its turns are Hermes ``<tool_call>`` text (or
@@ -131,7 +132,7 @@ class OraclePolicy:
         if not any(name == "open_url" for name, _, _ in calls):
             followup = gt.get("followup_query")
             if followup and len(searches) == 1 and src["url"] not in searches[0]:
-                return self._call("search", {"query": followup, "k": 5}, turn)
+                return self._call("search", {"query": followup, "k": 2}, turn)
             return self._call("open_url", {"url": src["url"]}, turn)
         return self._answer(gt, src, turn)
 

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED0_C50 = {
     3: "9664ebff5c0d48a0057da31bad94c98a12a30f6d5a2c20be73123c465c43353d",
     4: "0c3bcdbbeb28f185dd82866e84275110a596eb73b892dc03ad03e6fc68b84b04",
-    5: "8a2d91dbb9df66fc8851c950bae1fe882554a3b377f2736cdd973e1ab83c7aaa",
+    5: "f412d7a8ece354c266898c6dd1a6367b1560f4b12eaebed88a757de0677837b1",
 }
 
 

@@ -126,6 +126,12 @@ def _src(doc_id: str, url: str, day: dt.date, figure: str, kind: str) -> dict[st
     return {"id": doc_id, "url": url, "date": day.isoformat(), "figure": figure, "kind": kind}
 
 
+def release_query(c: Company, qt: Quarter) -> str:
+    """The follow-up search for a quarter's official release, in the words of its headline (the Q4
+    release holds the full year): what a researcher searches when the first search missed it."""
+    return f"{c.name} announces {ORDINAL[qt.q].lower()} quarter {qt.year} results"
+
+
 def official(c: Company, qt: Quarter, figure: str) -> dict[str, Any]:
     return _src(
         source_ids(c, qt)["official"],
@@ -215,7 +221,7 @@ def _quarterly(c: Company, qt: Quarter, metric: str, rng: random.Random, pages: 
         dis,
         report,
         report,
-        f"{poss(c.name)} {qt.label} results official release",
+        release_query(c, qt),
     )
 
 
@@ -255,7 +261,7 @@ def _annual(c: Company, year: int, rng: random.Random, pages: dict) -> dict[str,
         dis,
         report,
         report,
-        f"{poss(c.name)} {q4.label} results",
+        release_query(c, q4),
     )
 
 
@@ -300,7 +306,7 @@ def _summary_trap(c: Company, year: int, n: int, rng: random.Random, pages: dict
         dis,
         report,
         rumor,
-        f"{poss(c.name)} {c.segment} revenue in {qt.label} results",
+        release_query(c, qt),
     )
 
 
@@ -342,7 +348,7 @@ def _quarter_trap(
         dis,
         report,
         rumor,
-        f"{poss(c.name)} {prev.label} results",
+        release_query(c, prev),
     )
 
 
