@@ -527,3 +527,29 @@ def test_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "first: one-source 0.150 (2 of 2 paid), multi-source 0.000 (0 of 2 paid)" in out
     assert "last:  one-source 0.950 (2 of 2 paid)" in out
     assert "critic/score/normalized_mean: 0.150 -> 0.950" in out
+
+
+@smoke("research_shares")
+def test_research_shares(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from agentrl.cli import main as cli
+    from agentrl.env.sandbox import build
+    from tests.bench import research_shares
+
+    suite, run = tmp_path / "suite", tmp_path / "run"
+    build(suite, seed=7, companies=1, heldout=1)
+    for split, path in (
+        ("heldout", run / "eval" / "step_00000.jsonl"),
+        ("train", run / "trajectories" / "step_00001.jsonl"),
+    ):
+        argv = ["rollout", "--suite", str(suite), "--split", split, "--policy", "oracle", "--limit", "4", "--no-progress", "--out", str(path)]  # fmt: skip
+        assert cli(argv) == 0
+    capsys.readouterr()
+    assert research_shares.main([str(run)]) == 0
+    rows = lines(capsys.readouterr().out, "| ")[1:]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| held-out eval, step_00000",
+        "| training tasks, step_00001",
+        "| training tasks, step_00001",
+    ]
+    assert all(r.endswith("(1.00) |") and r.count("(1.00)") == 3 for r in rows), rows  # the oracle researches
+    assert research_shares.main([str(tmp_path / "none")]) == 1
