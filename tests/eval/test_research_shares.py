@@ -76,7 +76,11 @@ def test_shares_pool_calls_over_episodes_and_count_what_they_saw():
     good = episode(
         ("search", {"query": "ostionline results"}, RESULTS),  # lowercase still names it
         ("search", {"query": "revenue Q2 2021"}, "no results"),  # names nothing
-        ("open_url", {"url": RELEASE.upper().replace("HTTPS://", "https://") + "#top"}, "Error: 404 ($3 billion page)"),
+        (
+            "open_url",
+            {"url": RELEASE.upper().replace("HTTPS://", "https://") + "#top"},
+            "Error: 404 ($3 billion page)",
+        ),
         ("open_url", {"url": RELEASE}, PAGE),
         ("answer", {"report": "Revenue was $18.5 billion, up 4.2%, and $3 billion in cash."}, ""),
     )
