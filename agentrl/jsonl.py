@@ -8,19 +8,37 @@ What every reader must agree on has one owner here:
 - a last line without its newline that does not parse is a torn write (a crash mid-write): it is
   skipped with a ``TornLineWarning`` (``torn_note`` words it), which the CLI prints as one
   ``note:`` line. A last line that parses only lost its newline and is read.
+
+And what every writer must agree on: ``dumps`` is the one JSON encoder of what agentrl writes
+(trajectories, ``--json`` outputs, ``summary.json``, ``metrics.jsonl``). It is strict JSON: a NaN or
+an infinity is not a JSON number (Python's ``json`` would write ``NaN``/``Infinity``, which other
+readers refuse), so it raises ``ValueError`` naming where the number sits. Records whose numbers may
+honestly be undefined (a step's metrics: a gradient norm that overflowed) pass through
+``finite_or_null`` first, which writes such a number as ``null``.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agentrl.errors import AgentRLError, ConfigError, TornLineWarning
 
-__all__ = ["MAX_LINE_BYTES", "input_file", "iter_lines", "line_text", "read_records", "torn_note"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "dumps",
+    "finite_or_null",
+    "input_file",
+    "iter_lines",
+    "line_text",
+    "read_records",
+    "torn_note",
+]
 
 #: The longest JSONL line agentrl reads (a trajectory with 50 MB of tool output fits).
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -103,3 +121,40 @@ def read_records(
             warnings.warn(torn_note(path, lineno, len(line)), TornLineWarning, stacklevel=3)
             return
         yield record
+
+
+def _non_finite(obj: Any, path: str) -> str | None:
+    """Where the first float of ``obj`` that is not finite sits (``reward.normalized``, ``rows[3]``)."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else path or "<root>"
+    if isinstance(obj, dict):
+        items: Any = ((f"{path}.{k}" if path else str(k), v) for k, v in obj.items())
+    elif isinstance(obj, list | tuple):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(obj))
+    else:
+        return None
+    return next((where for p, v in items if (where := _non_finite(v, p)) is not None), None)
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, **kwargs)`` as strict JSON (``allow_nan=False``): a float that is not finite
+    raises ``ValueError`` naming its place in ``obj`` (``reward.normalized: nan is not a JSON number``)."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError:
+        where = _non_finite(obj, "")
+        if where is None:
+            raise
+        raise ValueError(f"{where}: a number that is not finite (NaN or infinity) is not JSON") from None
+
+
+def finite_or_null(obj: Any) -> Any:
+    """``obj`` with every float that is not finite replaced by None (written ``null``), in dicts and
+    lists at any depth; for records such as metrics, where such a number means "no value"."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_or_null(v) for v in obj]
+    return obj

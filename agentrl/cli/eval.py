@@ -80,16 +80,22 @@ def _trajectory_file(path: str) -> Path:
 
 
 def _read(paths: list[str]) -> tuple[list[Any], list[str]]:
+    """The trajectories of ``paths`` (files or run directories), and the files read. One episode per
+    (task, sample) across them all (``one_per_episode``, as ``eval compare`` has it); a reward that is
+    not a finite number on its rubric's range is refused by the reader, naming file:line and field."""
+    from agentrl.eval.episodes import one_per_episode
     from agentrl.trajectory import read_trajectories
 
     files = [_trajectory_file(x) for x in paths]
-    return [t for f in files for t in read_trajectories(f)], [str(f) for f in files]
+    per_file = [(str(f), list(read_trajectories(f))) for f in files]
+    one_per_episode(per_file)
+    return [t for _, trajs in per_file for t in trajs], [f for f, _ in per_file]
 
 
 def _emit(args: argparse.Namespace, table: str, data: dict[str, Any]) -> None:
-    import json
     import sys
 
+    from agentrl.jsonl import dumps
     from agentrl.outputs import naming
     from agentrl.rundir import write_json
 
@@ -97,7 +103,7 @@ def _emit(args: argparse.Namespace, table: str, data: dict[str, Any]) -> None:
     if args.json:
         with naming(args.json):
             write_json(Path(args.json), data)
-    print(json.dumps(data))
+    print(dumps(data))
 
 
 def _run(args: argparse.Namespace) -> int:

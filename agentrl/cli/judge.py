@@ -178,9 +178,7 @@ def _config(args: argparse.Namespace, **fields):
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
-
-    from agentrl.jsonl import input_file
+    from agentrl.jsonl import dumps, input_file
     from agentrl.judge import load_rubric, score_trajectories, summarize
     from agentrl.outputs import check_output_file, naming
     from agentrl.trajectory import read_trajectories, write_trajectories
@@ -211,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
         t.reward is not None and t.reward.total is not None and t.reward.error is None for t in judged
     )
     if args.json:
-        print(json.dumps({"out": str(out), **s.model_dump()}, indent=2))
+        print(dumps({"out": str(out), **s.model_dump()}, indent=2))
         return _all_failed(s) if failed else 0
     mean = "n/a" if s.mean_reward is None else f"{s.mean_reward:.4f}"
     print(f"wrote {len(judged)} trajectories to {out}")
@@ -248,9 +246,7 @@ def _all_failed(s) -> int:
 
 
 def _agreement(args: argparse.Namespace) -> int:
-    import json
-
-    from agentrl.jsonl import input_file
+    from agentrl.jsonl import dumps, input_file
     from agentrl.judge import load_rubric
     from agentrl.judge.agreement import measure_agreement, read_labels
     from agentrl.trajectory import read_trajectories
@@ -268,7 +264,7 @@ def _agreement(args: argparse.Namespace) -> int:
     runs = (report.trajectories - report.unanswered) * report.samples
     failed = runs == 0 or report.judge_errors >= runs
     if args.json:
-        print(json.dumps(report.model_dump(), indent=2))
+        print(dumps(report.model_dump(), indent=2))
     else:
         _print_agreement(report, model=config.model, temperature=config.temperature)
     if not failed:

@@ -29,10 +29,9 @@ def register(subparsers: Any) -> None:
 
 
 def _import_gguf(args: argparse.Namespace) -> int:
-    import json
-
+    from agentrl.jsonl import dumps
     from agentrl.learn.gguf import import_gguf
 
     out = import_gguf(args.file, args.out)
-    print(json.dumps({"out": str(out), "files": sorted(p.name for p in out.iterdir())}))
+    print(dumps({"out": str(out), "files": sorted(p.name for p in out.iterdir())}))
     return 0

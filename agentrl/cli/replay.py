@@ -188,9 +188,8 @@ def _tensors(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
-
     from agentrl.errors import ConfigError
+    from agentrl.jsonl import dumps
     from agentrl.replay import format_deltas, format_rerun, load_trajectories, rerun, rescore
     from agentrl.trajectory import write_trajectories
 
@@ -208,6 +207,11 @@ def _run(args: argparse.Namespace) -> int:
     trajs, _ = load_trajectories(args.trajectories)  # a torn last line: a note on stderr
     if not trajs:
         raise ConfigError(f"{args.trajectories}: no trajectories")
+    if args.tensors and args.run:  # the run's stored values apply only to the run's own episodes
+        from agentrl.replay.from_run import check_from_run
+        from agentrl.rundir import RunDir
+
+        check_from_run(trajs, args.trajectories, RunDir.open(args.run))
     report: dict[str, Any] = {"trajectories": len(trajs), "notes": []}
     text: list[str] = []
     if args.cache:
@@ -241,5 +245,5 @@ def _run(args: argparse.Namespace) -> int:
                 f"left out as training does: {tens['dropped_judge_error']} unscored or judge errors, "
                 f"{tens['dropped_untrainable']} without a policy token"
             )
-    print(json.dumps(report, ensure_ascii=False) if args.format == "json" else "\n".join(text).rstrip())
+    print(dumps(report, ensure_ascii=False) if args.format == "json" else "\n".join(text).rstrip())
     return 0

@@ -217,13 +217,13 @@ def _params(args: argparse.Namespace, env_config: dict[str, Any]) -> dict[str, A
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
-
     from rich.console import Console
+
+    from agentrl.jsonl import dumps
 
     summary = run_command(args)
     print_summary(Console(stderr=True), summary)
-    print(json.dumps(summary.as_dict()))
+    print(dumps(summary.as_dict()))
     return 1 if summary.failed else 0
 
 

@@ -144,11 +144,11 @@ def _probe(args: argparse.Namespace) -> int:
     )
     low_oracle = res.oracle.mean < args.min_oracle
     if args.json:
-        import json
+        from agentrl.jsonl import dumps
 
         rows = [res.oracle, *res.shortcuts]
         print(
-            json.dumps(
+            dumps(
                 {
                     "tasks": res.tasks,
                     "max_shortcut": args.max_shortcut,

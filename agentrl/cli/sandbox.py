@@ -53,10 +53,10 @@ def register(subparsers: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    import json
     import time
     from pathlib import Path
 
+    from agentrl.jsonl import dumps
     from agentrl.outputs import check_output_dir
 
     check_output_dir(args.out)
@@ -83,7 +83,7 @@ def _build(args: argparse.Namespace) -> int:
 
         sandbox_backend(Path(args.out) / "corpus.jsonl")
     stats["seconds"] = round(time.monotonic() - t0, 2)
-    print(json.dumps(stats))
+    print(dumps(stats))
     return 0
 
 

@@ -95,5 +95,7 @@ def run(args: argparse.Namespace) -> int:
         shutdown_distributed(wait=False)
         raise
     shutdown_distributed(wait=True)
-    print(json.dumps({k: v for k, v in summary.items() if k != "final"}, indent=2))
+    from agentrl.jsonl import dumps, finite_or_null
+
+    print(dumps(finite_or_null({k: v for k, v in summary.items() if k != "final"}), indent=2))
     return 0

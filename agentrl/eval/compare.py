@@ -13,18 +13,27 @@ Only pairs that both sides scored count. Per task, d = the mean over its pairs o
 Criteria: the same per-task paired difference of each criterion's met share (a negative
 criterion's "met" is "free of the flaw"), with its p-value and Holm's step-down adjustment over the
 criteria compared; a criterion *moved* when its adjusted p-value is below ``alpha``.
+
+Each side holds one episode per (task, sample) (``agentrl.eval.episodes.one_per_episode``, the rule
+``agentrl eval`` applies too). Pairs are made by task id, which names the same task only within one
+suite: when the two sides were rolled out on different suites (``info.suite``), the comparison warns
+(an ``AgentRLWarning``, a ``note:`` line in the CLI) and records both (``a_suites``, ``b_suites``).
+It is not refused, since a suite's recorded path changes when the suite is moved or copied. Rewards
+were checked when they were read (``RewardBreakdown``: finite, normalised on [0, 1]), and a
+``Comparison`` holds only finite numbers, so no p-value is ever printed beside a NaN difference.
 """
 
 from __future__ import annotations
 
-import re
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
-from agentrl.errors import ConfigError
+from agentrl.errors import AgentRLWarning, ConfigError
+from agentrl.eval.episodes import EpisodeKey, one_per_episode, pair_key, suites
 from agentrl.eval.scorecard import Interval
 from agentrl.eval.stats import N_BOOT, N_PERM, bootstrap_ci, sign_flip_pvalue
 from agentrl.judge import normalized_reward
@@ -32,12 +41,11 @@ from agentrl.trajectory import Trajectory
 
 __all__ = ["Comparison", "CriterionShift", "compare", "comparison_table", "holm", "pair_key"]
 
-_SAMPLE = re.compile(r"#(\d+)$")
-
 
 class CriterionShift(BaseModel):
     """One criterion's met share in A and B over the pairs, and the paired test of its change."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
     id: str
     kind: str
     a_rate: float
@@ -49,10 +57,15 @@ class CriterionShift(BaseModel):
 
 
 class Comparison(BaseModel):
-    """What ``agentrl eval compare A B`` prints (``--json`` writes this model)."""
+    """What ``agentrl eval compare A B`` prints (``--json`` writes this model); its numbers are finite."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     a: str
     b: str
+    a_suites: list[str] = []
+    """The suites each side was rolled out on (``info.suite``); a warning when they differ."""
+    b_suites: list[str] = []
     pairs: int
     tasks: int
     unpaired_a: int
@@ -74,28 +87,9 @@ class Comparison(BaseModel):
     seed: int
 
 
-def pair_key(t: Trajectory) -> tuple[str, int]:
-    """(task id, sample) of a trajectory: ``info.sample``, else the ``#N`` ending its id, else 0."""
-    sample = t.info.get("sample")
-    if not isinstance(sample, int):
-        m = _SAMPLE.search(t.id)
-        sample = int(m.group(1)) if m else 0
-    return t.task_id, sample
-
-
-def _scored(trajs: Sequence[Trajectory], name: str) -> dict[tuple[str, int], Trajectory]:
-    out: dict[tuple[str, int], Trajectory] = {}
-    for t in trajs:
-        if t.reward is None or t.reward.total is None:
-            continue
-        key = pair_key(t)
-        if key in out:
-            raise ConfigError(
-                f"{name}: task {key[0]!r} sample {key[1]} appears twice ({out[key].id!r} and {t.id!r}); "
-                "each side must hold one episode per (task, sample)"
-            )
-        out[key] = t
-    return out
+def _scored(trajs: Sequence[Trajectory], name: str) -> dict[EpisodeKey, Trajectory]:
+    episodes = one_per_episode([(name, trajs)])
+    return {k: t for k, t in episodes.items() if t.reward is not None and t.reward.total is not None}
 
 
 def _met(t: Trajectory) -> dict[str, tuple[str, float]]:
@@ -133,6 +127,14 @@ def compare(
     """The paired comparison B − A (see the module docstring). ``ConfigError`` when the two share
     no scored (task, sample) pair, or one side holds a (task, sample) twice."""
     sa, sb = _scored(a, a_name), _scored(b, b_name)
+    a_suites, b_suites = suites(a), suites(b)
+    if a_suites and b_suites and a_suites != b_suites:
+        warnings.warn(
+            f"{a_name} was rolled out on suite {', '.join(a_suites)} and {b_name} on {', '.join(b_suites)}: "
+            "episodes pair by task id, which names the same task only within one suite",
+            AgentRLWarning,
+            stacklevel=2,
+        )
     keys = sorted(k for k in sa if k in sb)  # task order, so the draws never depend on file order
     if not keys:
         raise ConfigError(
@@ -163,6 +165,8 @@ def compare(
             crit_a[cid].append(ma[cid][1])
             crit_b[cid].append(mb[cid][1])
     d = _per_task(diffs)
+    if not np.isfinite(d).all():  # read rewards are finite; one built in memory may not be
+        raise ConfigError(f"{a_name}, {b_name}: a reward that is not a finite number cannot be compared")
     low, high = bootstrap_ci(d, level=level, n_boot=n_boot, seed=seed)
     p, exact = sign_flip_pvalue(d, n_perm=n_perm, seed=seed)
     ids = list(crit)
@@ -186,6 +190,8 @@ def compare(
     return Comparison(
         a=a_name,
         b=b_name,
+        a_suites=a_suites,
+        b_suites=b_suites,
         pairs=len(keys),
         tasks=len(diffs),
         unpaired_a=len(sa) - len(keys),

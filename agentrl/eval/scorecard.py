@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from agentrl.env.sources import OPENED, OPENED_OFFICIAL, opened_sources, page_kinds
 from agentrl.eval.stats import N_BOOT, bootstrap_ci, cluster_ci, pass_at_k
@@ -54,8 +54,9 @@ TOKEN_LIMIT_REASONS = frozenset({"generation_limit", "max_len"})
 
 
 class Interval(BaseModel):
-    """A mean with its bootstrap interval over tasks."""
+    """A mean with its bootstrap interval over tasks (finite numbers, as every figure here)."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
     mean: float
     low: float
     high: float
@@ -65,6 +66,7 @@ class Interval(BaseModel):
 class CriterionRate(BaseModel):
     """One criterion: how many scored episodes graded it and the share that met it."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
     id: str
     kind: str
     episodes: int
@@ -72,8 +74,10 @@ class CriterionRate(BaseModel):
 
 
 class Scorecard(BaseModel):
-    """The figures of ``scorecard`` (see the module docstring); JSON-ready with ``model_dump``."""
+    """The figures of ``scorecard`` (see the module docstring); JSON-ready with ``model_dump``. Every
+    number is finite: the rewards it reads are (``RewardBreakdown``), and a NaN is never a figure."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
     policies: list[str]
     tasks: int
     episodes: int

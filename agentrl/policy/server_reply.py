@@ -23,6 +23,7 @@ the episode as truncated. (Ollama mostly cuts the prompt to fit instead, and say
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Any
 
@@ -89,11 +90,14 @@ def _entry_id(entry: dict[str, Any]) -> int | None:
 def read_tito(choice: dict[str, Any]) -> tuple[list[int] | None, list[float] | None]:
     """The sampled ``token_ids`` ``[T]`` and their ``logprobs`` ``[T]`` of one chat-completion choice.
 
-    ``(None, None)`` when the server gave no ids; logprobs are None when it gave none or not one
-    per id (a count that disagrees is never stored).
+    ``(None, None)`` when the server gave no ids; logprobs are None when it gave none, not one per
+    id (a count that disagrees is never stored), or one that is not finite (a sampled token has a
+    probability above 0; a trajectory is strict JSON, and the trainer recomputes unknown log-probs).
     """
     content = ((choice.get("logprobs") or {}).get("content")) or []
     logprobs = [float(c.get("logprob", 0.0)) for c in content] or None
+    if logprobs is not None and not all(math.isfinite(x) for x in logprobs):
+        logprobs = None
     ids: list[int] | None = None
     if choice.get("token_ids"):
         ids = [int(i) for i in choice["token_ids"]]

@@ -7,12 +7,12 @@ the mean mapped score (0..1) before and after, its change, and how many trajecto
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentrl.jsonl import dumps
 from agentrl.trajectory import CriterionScore, RewardBreakdown, Trajectory, training_reward
 
 __all__ = [
@@ -237,4 +237,4 @@ def format_deltas(rep: RescoreReport) -> str:
 
 def report_json(rep: RescoreReport) -> str:
     """The comparison as one JSON object."""
-    return json.dumps(rep.model_dump(), ensure_ascii=False)
+    return dumps(rep.model_dump(), ensure_ascii=False)

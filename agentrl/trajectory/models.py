@@ -8,9 +8,12 @@ same bytes, so stored runs can be diffed, hashed and replayed.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentrl.jsonl import dumps
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -109,13 +112,14 @@ class Message(BaseModel):
 
 
 class CriterionScore(BaseModel):
-    """One rubric criterion as graded: the enumerated verdict, the mapped score and its provenance."""
+    """One rubric criterion as graded: the enumerated verdict, the mapped score (on [0, 1], as every
+    verdict mapping gives) and its provenance. Numbers are finite (``RewardBreakdown`` says why)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     id: str
     verdict: Verdict | None = None
-    score: float
+    score: float = Field(ge=0.0, le=1.0)
     weight: float
     kind: Literal["positive", "negative"] = "positive"
     grader: str = "llm"
@@ -132,13 +136,20 @@ class RewardBreakdown(BaseModel):
     and training must exclude the trajectory (it is never scored 0 or 1 silently). ``normalized``
     is the total on [0, 1] as the judge computed it from the rubric (null on rewards written before
     it existed, and on rewards no judge made; ``agentrl.judge.normalized_reward`` reads it).
+
+    A reward is a number only when it is one the rubric could give, checked here so that every
+    reader (eval, eval compare, replay, report, the trainer's batch) refuses the same records, with
+    the file, line and field (``agentrl.trajectory.store``): every number is finite (NaN and
+    infinities are errors, never a statistic's input), ``normalized`` is on [0, 1], and ``total`` is
+    within what its recorded criteria allow (Σ negative weights ≤ total ≤ Σ positive weights for a
+    weighted sum, scores being on [0, 1]; [0, 1] for the ``normalized`` aggregation).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     total: float | None
     status: Literal["ok", "judge_error"] = "ok"
-    normalized: float | None = None
+    normalized: float | None = Field(default=None, ge=0.0, le=1.0)
     criteria: list[CriterionScore] = Field(default_factory=list)
     rubric_id: str | None = None
     rubric_hash: str | None = None
@@ -160,7 +171,30 @@ class RewardBreakdown(BaseModel):
             raise ValueError("a reward with status 'judge_error' must have total null, never a made-up score")
         if self.status == "judge_error" and self.normalized is not None:
             raise ValueError("a reward with status 'judge_error' must have normalized null")
+        if self.total is not None:
+            low, high = self.total_range()
+            slack = 1e-9 * max(1.0, high - low)  # a sum of weights may miss its bound by an ulp
+            if not low - slack <= self.total <= high + slack:
+                raise ValueError(
+                    f"total {self.total:g} is outside [{low:g}, {high:g}], the range "
+                    + (
+                        "of the 'normalized' aggregation"
+                        if self.aggregation == "normalized"
+                        else "its criteria allow"
+                    )
+                )
         return self
+
+    def total_range(self) -> tuple[float, float]:
+        """The least and the greatest total the rubric could give, as far as this reward records it:
+        [0, 1] for the ``normalized`` aggregation, else [Σ negative weights, Σ positive weights] of
+        the criteria; unbounded when no criterion is recorded (an unanswered episode's 0, a total
+        recorded without its criteria)."""
+        if self.aggregation == "normalized":
+            return 0.0, 1.0
+        if not self.criteria:
+            return -math.inf, math.inf
+        return sum(min(c.weight, 0.0) for c in self.criteria), sum(max(c.weight, 0.0) for c in self.criteria)
 
 
 class Trajectory(BaseModel):
@@ -188,13 +222,17 @@ class Trajectory(BaseModel):
         }
 
     def to_json(self) -> str:
-        """One line of canonical JSON (no newline). Non-finite floats are written as in Python's json."""
+        """One line of canonical, strict JSON (no newline). A number that is not finite (in ``info``,
+        say; the reward's cannot be one) raises ``ValueError`` naming the trajectory and the field."""
         d = self.to_dict()
         try:
-            s = json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+            s = dumps(d, ensure_ascii=False, separators=(",", ":"))
+        except ValueError as e:
+            raise ValueError(f"trajectory {self.id!r}: {e}") from None
+        try:
             s.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: escape it, still valid JSON
-            s = json.dumps(d, ensure_ascii=True, separators=(",", ":"))
+            s = dumps(d, ensure_ascii=True, separators=(",", ":"))
         return s
 
     @classmethod

@@ -13,6 +13,7 @@ reward recorded without its normalised value is the same code the judge ran.
 
 from __future__ import annotations
 
+from agentrl.errors import TrajectoryFormatError
 from agentrl.trajectory.models import RewardBreakdown, Trajectory
 
 __all__ = ["normalize", "normalized_reward", "training_reward"]
@@ -44,7 +45,11 @@ def normalized_reward(reward: RewardBreakdown | Trajectory) -> float:
     judge recorded, or for a reward recorded without one (older files, an unanswered episode's 0)
     the same ``normalize`` over its criteria, which a scored reward holds all of.
 
-    Raises ``ValueError`` for a missing reward or a ``judge_error`` (they have no reward to train on).
+    Raises ``ValueError`` for a missing reward or a ``judge_error`` (they have no reward to train on),
+    and ``TrajectoryFormatError`` when the value it would return is not on [0, 1] (a total recorded
+    with neither ``normalized`` nor the criteria to divide it by, such as 5.0): the recorded
+    ``normalized`` is checked where it is read (``RewardBreakdown``), and a computed one must hold
+    the same rule rather than enter a mean of normalised rewards.
     """
     r = reward.reward if isinstance(reward, Trajectory) else reward
     if r is None or r.total is None:
@@ -52,7 +57,14 @@ def normalized_reward(reward: RewardBreakdown | Trajectory) -> float:
     if r.normalized is not None:
         return r.normalized
     positive = sum(c.weight for c in r.criteria if c.weight > 0)
-    return normalize(r.total, r.aggregation, positive, sum(c.weight for c in r.criteria if c.weight < 0))
+    value = normalize(r.total, r.aggregation, positive, sum(c.weight for c in r.criteria if c.weight < 0))
+    if not 0.0 <= value <= 1.0:
+        whose = f"trajectory {reward.id!r}: " if isinstance(reward, Trajectory) else ""
+        raise TrajectoryFormatError(
+            f"{whose}reward.total {r.total:g} has no normalised value on [0, 1]: the reward records "
+            "neither reward.normalized nor criteria with weights to divide it by"
+        )
+    return value
 
 
 def training_reward(reward: Trajectory | RewardBreakdown | None, normalize: bool) -> float | None:

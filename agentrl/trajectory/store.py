@@ -24,6 +24,10 @@ from agentrl.trajectory.models import Trajectory
 __all__ = ["TornLineWarning", "TrajectoryStore", "read_trajectories", "write_trajectories"]
 
 
+#: Pydantic's errors for a number out of its field's range, or not finite.
+_NUMBER_ERRORS = frozenset({"finite_number", "less_than_equal", "greater_than_equal"})
+
+
 def _parse(line: bytes, path: Path, lineno: int) -> Trajectory:
     text = line_text(line, path, lineno, TrajectoryFormatError)
     try:
@@ -33,7 +37,10 @@ def _parse(line: bytes, path: Path, lineno: int) -> Trajectory:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise TrajectoryFormatError(f"{path}:{lineno}: {loc}: {err['msg']}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] in _NUMBER_ERRORS:  # a reward's number: say which (nan, inf, 5.0)
+            msg += f" (got {err['input']!r})"
+        raise TrajectoryFormatError(f"{path}:{lineno}: {loc}: {msg}") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError; nesting too deep
         raise TrajectoryFormatError(f"{path}:{lineno}: not a valid trajectory line: {e}") from None
 

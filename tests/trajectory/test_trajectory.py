@@ -42,7 +42,9 @@ def messages(draw):
             kw["token_ids"] = draw(st.lists(st.integers(0, 200_000), min_size=n, max_size=n))
             if draw(st.booleans()):
                 kw["logprobs"] = draw(
-                    st.lists(st.floats(max_value=0, allow_nan=False), min_size=n, max_size=n)
+                    st.lists(
+                        st.floats(max_value=0, allow_nan=False, allow_infinity=False), min_size=n, max_size=n
+                    )
                 )
             kw["finish_reason"] = draw(st.sampled_from(["stop", "length", "tool_calls"]))
         if draw(st.booleans()):
@@ -66,8 +68,8 @@ def rewards(draw):
         CriterionScore(
             id=draw(text),
             verdict=draw(st.sampled_from(["Fully Satisfied", "Partially Satisfied", "Not Satisfied", None])),
-            score=draw(finite),
-            weight=draw(finite),
+            score=draw(st.floats(0, 1)),  # what a verdict mapping gives
+            weight=draw(st.floats(-1e6, 1e6)),
             kind=draw(st.sampled_from(["positive", "negative"])),
             reasoning=draw(st.none() | text),
         )
@@ -75,8 +77,15 @@ def rewards(draw):
     ]
     if draw(st.booleans()):
         return RewardBreakdown(total=None, status="judge_error", criteria=crit, error=draw(text))
+    low = sum(min(c.weight, 0.0) for c in crit)
+    high = sum(max(c.weight, 0.0) for c in crit)
+    total = draw(st.floats(low, high) if crit else finite)  # a total its criteria allow
     return RewardBreakdown(
-        total=draw(finite), criteria=crit, rubric_hash=draw(st.none() | text), cost_usd=draw(finite)
+        total=total,
+        normalized=draw(st.none() | st.floats(0, 1)),
+        criteria=crit,
+        rubric_hash=draw(st.none() | text),
+        cost_usd=draw(finite),
     )
 
 
@@ -101,13 +110,20 @@ def test_round_trip_is_byte_exact(t):
     assert again.to_json() == line
 
 
-def test_non_finite_logprobs_round_trip():
+def test_a_non_finite_number_is_not_written_as_json():
+    """Trajectories are strict JSON: ``-Infinity`` is no JSON number, so writing one is an error that
+    names the trajectory and the field (the policies never store a non-finite log-prob)."""
     t = Trajectory(
         id="a",
         task_id="t",
         messages=[Message(role="assistant", content="x", token_ids=[1, 2], logprobs=[float("-inf"), -0.5])],
     )
-    assert Trajectory.from_json(t.to_json()).to_json() == t.to_json()
+    with pytest.raises(ValueError, match=r"trajectory 'a': messages\[0\]\.logprobs\[0\]: .*not finite"):
+        t.to_json()
+    t.messages[0].logprobs = [-1.0, -0.5]
+    t.info["elapsed_s"] = float("nan")
+    with pytest.raises(ValueError, match=r"info\.elapsed_s"):
+        t.to_json()
 
 
 def test_extra_openai_message_fields_are_kept():

@@ -1,0 +1,110 @@
+"""The run's append-only logs, ``metrics.jsonl`` and ``sft.jsonl``: reading them tolerantly (a torn
+last line skipped), mending a torn tail before appending, writing a row, and checking that they
+cover the steps a checkpoint comes after (``check_logs``, before a resume)."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from agentrl.errors import ConfigError, TornLineWarning
+from agentrl.jsonl import dumps, finite_or_null, line_text, read_records
+from agentrl.rundir.layout import METRICS, SFT, checkpoint_order
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file (``[]`` when it does not exist), read a line at a time
+    (``agentrl.jsonl``). A torn last line (a live or killed run) is skipped with a note; a bad line
+    elsewhere, a line that is not UTF-8 JSON or one too long is a ``ConfigError`` naming ``path:line``."""
+    if not path.exists():
+        return []
+
+    def row(line: bytes, lineno: int) -> Any:
+        text = line_text(line, path, lineno)
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError; nesting too deep
+            raise ConfigError(f"{path}:{lineno}: not a JSON line: {e}") from None
+
+    return [r for r in read_records(path, row) if isinstance(r, dict)]
+
+
+def mend_jsonl_tail(path: Path) -> int:
+    """Make an append-only JSONL file end on a whole line before more is appended to it: a torn last
+    line (no newline, not JSON: a run killed mid-write) is cut off, a JSON last line that only lacks
+    its newline gets one. Reads the last line only. Returns the bytes cut (0 when none)."""
+    if not path.is_file():
+        return 0
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        start, pos = 0, size
+        while pos > 0:  # back to the last newline, a block at a time
+            n = min(1 << 16, pos)
+            pos -= n
+            f.seek(pos)
+            i = f.read(n).rfind(b"\n")
+            if i >= 0:
+                start = pos + i + 1
+                break
+        f.seek(start)
+        try:
+            json.loads(f.read())
+        except ValueError:  # UnicodeDecodeError included
+            f.truncate(start)
+            return size - start
+        f.seek(0, os.SEEK_END)
+        f.write(b"\n")
+        return 0
+
+
+def metric_line(row: dict[str, Any]) -> str:
+    """One row of ``metrics.jsonl`` or ``sft.jsonl``, with its newline."""
+    # A metric may be undefined (a gradient norm that overflowed: the update was skipped); it is
+    # written null, which every reader of metrics takes as "no value", so the file stays JSON.
+    return dumps(finite_or_null(row)) + "\n"
+
+
+def check_logs(run: Path, checkpoint: Path) -> None:
+    """``ConfigError`` unless the logs of the run directory ``run`` hold every step ``checkpoint``
+    comes after: ``metrics.jsonl`` a row for each RL step 1…n of ``step_n``, ``sft.jsonl`` one for
+    each warm-start step 1…k of ``sft_k`` (the trainer logs a step before it checkpoints it). A
+    resume without them would end with a summary and a curve of the later steps alone."""
+    kind, n = checkpoint_order(checkpoint) or (1, 0)
+    file, key = (run / METRICS, "step") if kind == 1 else (run / SFT, "sft/step")
+    if n == 0:
+        return
+    name = checkpoint.relative_to(run) if checkpoint.is_relative_to(run) else checkpoint
+    if not file.is_file():
+        raise ConfigError(
+            f"--resume: {file} is missing, and {name} comes after step {n}: the run's files disagree; "
+            f"put the run's {file.name} back, or start over with --overwrite"
+        )
+    with warnings.catch_warnings():  # a torn last line: noted once, when the trainer reads it
+        warnings.simplefilter("ignore", TornLineWarning)
+        rows = read_jsonl(file)
+    logged = {int(r[key]) for r in rows if isinstance(r.get(key), int | float)}
+    missing = [s for s in range(1, n + 1) if s not in logged]
+    if missing:
+        raise ConfigError(
+            f"--resume: {file} lacks steps {_spans(missing)}, and {name} comes after step {n}: the "
+            f"run's files disagree; put the run's {file.name} back, or start over with --overwrite"
+        )
+
+
+def _spans(steps: list[int]) -> str:
+    """``1-3, 7``: sorted step numbers as runs."""
+    spans: list[list[int]] = []
+    for s in steps:
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
