@@ -118,7 +118,8 @@ def test_a_judge_error_stays_out_of_trls_group_baseline(tmp_path):
 
     row = task_rows(ENV_CONFIG, engine="trl", limit=1)[0]
     assert row["task_id"] == episodes[0].trajectory.task_id
-    trainer = _tiny_grpo_trainer(tmp_path, [row], 4, rollout)
+    # the graded episodes carry bare rubric totals: trained on as totals, as native_grpo does
+    trainer = _tiny_grpo_trainer(tmp_path, [row], 4, rollout, normalize=False)
     with_error = trainer._generate_and_score_completions([dict(row) for _ in range(4)])["advantages"]
     trainer.num_generations = 3  # the same group without the failed member, through the same code
     without = trainer._generate_and_score_completions([dict(row) for _ in range(3)])["advantages"]
@@ -131,9 +132,10 @@ def test_a_judge_error_stays_out_of_trls_group_baseline(tmp_path):
     assert np.std([with_error[k].item() for k in kept]) > 0.5  # rewards vary within the group
 
 
-def _tiny_grpo_trainer(tmp_path, rows, n, rollout_func):
+def _tiny_grpo_trainer(tmp_path, rows, n, rollout_func, normalize=True):
     """TRL's GRPOTrainer on a 1-layer Llama, ``n`` generations per prompt (one step on the CPU),
-    rewarded by our reward function, with ``rollout_func`` as its rollout."""
+    rewarded by our reward function (``normalize`` as its settings'), with ``rollout_func`` as its
+    rollout."""
     import torch
     from datasets import Dataset
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -163,7 +165,7 @@ def _tiny_grpo_trainer(tmp_path, rows, n, rollout_func):
     return GRPOTrainer(
         model=LlamaForCausalLM(cfg),
         processing_class=tok,
-        reward_funcs=[make_reward_func(SETTINGS)],
+        reward_funcs=[make_reward_func({**SETTINGS, "normalize": normalize})],
         args=args,
         train_dataset=Dataset.from_list(rows),
         rollout_func=rollout_func,
