@@ -7,10 +7,16 @@ append-only ChatML with Hermes ``<tool_call>`` blocks, so the token expander han
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["CHATML_TEMPLATE", "train_chat_tokenizer"]
+__all__ = ["CHATML_TEMPLATE", "MAX_RUN_CHARS", "MAX_TEXT_CHARS", "bounded_corpus", "train_chat_tokenizer"]
+
+# BPE training costs grow with the square of a word's length: one task prompt of 3 MB without
+# whitespace kept the trainer busy for minutes, deaf to Ctrl-C (the work runs in Rust).
+MAX_TEXT_CHARS = 100_000  # a text's tail past this teaches the tokenizer nothing its head does not
+MAX_RUN_CHARS = 256  # a run of non-space characters is cut into pieces of at most this many
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Added as ordinary (non-special) tokens so that decoding with skip_special_tokens keeps them.
@@ -33,6 +39,23 @@ CHATML_TEMPLATE = (
 )
 
 
+def bounded_corpus(
+    texts: Iterable[str], max_text_chars: int = MAX_TEXT_CHARS, max_run_chars: int = MAX_RUN_CHARS
+) -> Iterator[str]:
+    """``texts`` as the tokenizer trains on them: each cut to its first ``max_text_chars`` characters,
+    and each run of more than ``max_run_chars`` non-space characters split into pieces of that size
+    (yielded as texts of their own, so no word the BPE trainer counts is longer)."""
+    long_run = re.compile(rf"\S{{{max_run_chars + 1},}}")
+    for text in texts:
+        text, start = text[:max_text_chars], 0
+        for m in long_run.finditer(text):
+            run = m.group()
+            yield text[start : m.start()]
+            yield from (run[i : i + max_run_chars] for i in range(0, len(run), max_run_chars))
+            start = m.end()
+        yield text[start:]
+
+
 def train_chat_tokenizer(
     texts: Iterable[str], vocab_size: int = 2048, max_token_length: int | None = None
 ) -> Any:
@@ -42,7 +65,8 @@ def train_chat_tokenizer(
     ``max_token_length``: no token longer than this many characters. A tokenizer trained on a few
     companies' pages otherwise learns each of their names as one token, which a model can only
     recall; with short tokens, every name (an unseen one too) is a few pieces shared with others,
-    which a model can copy."""
+    which a model can copy. ``texts`` pass through ``bounded_corpus`` first, so training takes
+    seconds whatever they hold."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -56,7 +80,7 @@ def train_chat_tokenizer(
         show_progress=False,
         **({"max_token_length": max_token_length} if max_token_length else {}),
     )
-    tok.train_from_iterator(texts, trainer=trainer)
+    tok.train_from_iterator(bounded_corpus(texts), trainer=trainer)
     hf = PreTrainedTokenizerFast(tokenizer_object=tok)
     hf.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
     hf.eos_token, hf.pad_token = "<|im_end|>", "<|endoftext|>"

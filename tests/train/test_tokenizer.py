@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from agentrl.train.tokenizer import train_chat_tokenizer
+import subprocess
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentrl.train.tokenizer import bounded_corpus, train_chat_tokenizer
 
 # Made-up company names built from shared syllables, as the sandbox builds them.
 TRAIN = ["Velatek", "Korionline", "Zanexmark", "Miravox", "Talagrid", "Velionfold", "Korastek", "Zanilume"]
@@ -24,3 +30,23 @@ def test_a_limit_keeps_every_token_short_and_splits_names_into_shared_pieces():
     unseen = short.convert_ids_to_tokens(short(" Zanatek")["input_ids"])
     assert len(unseen) > 1 and set(unseen) <= seen
     assert short.decode(short(" Zanatek Systems")["input_ids"]) == " Zanatek Systems"
+
+
+def test_a_multi_megabyte_word_trains_in_seconds_not_minutes():
+    # Before the corpus was bounded this ran for minutes (the BPE trainer is quadratic in a word's
+    # length and deaf to Ctrl-C); a child process keeps a regression from hanging the suite.
+    code = (
+        "from agentrl.train.tokenizer import train_chat_tokenizer\n"
+        "tok = train_chat_tokenizer(['hello world, revenue rose'] * 20 + ['x' * 3_000_000], 512)\n"
+        "assert tok.decode(tok('xxxxxxxx hello')['input_ids']) == 'xxxxxxxx hello'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], timeout=120, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="ab \n", max_size=60), max_size=5), st.integers(1, 8), st.integers(1, 30))
+def test_the_bounded_corpus_is_the_texts_cut_at_their_limits(texts, run, cap):
+    pieces = list(bounded_corpus(texts, max_text_chars=cap, max_run_chars=run))
+    assert "".join(pieces) == "".join(t[:cap] for t in texts)
+    assert all(len(w) <= run for p in pieces for w in p.split())
