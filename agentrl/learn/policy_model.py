@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
-from agentrl.rundir import SHARDED, STATE, TOKENIZER, RunDir, checkpoint_damage, checkpoint_state_file
+from agentrl.rundir import (
+    SHARDED,
+    STATE,
+    TOKENIZER,
+    RunDir,
+    checkpoint_damage,
+    checkpoint_state_file,
+    load_error,
+)
 
 __all__ = ["LoadedPolicy", "checkpoint_run_dir", "load_policy_model", "pick_device"]
 
@@ -61,8 +69,7 @@ def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
     try:
         state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
     except Exception as e:  # a truncated or foreign file (torch's own words may blame mmap)
-        why = (str(e).splitlines() or [""])[0][:200]
-        raise ConfigError(f"hf:{file}: not a torch checkpoint ({type(e).__name__}: {why})") from None
+        raise ConfigError(f"hf:{file}: not a torch checkpoint ({load_error(e)})") from None
     if not isinstance(state, dict) or "model" not in state:
         raise ConfigError(f"hf:{file}: not an agentrl checkpoint (no model weights)")
     if state.get("sharded"):

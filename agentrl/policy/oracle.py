@@ -12,9 +12,9 @@ real policy's would. It never opens a URL it has not seen, since a demonstration
 teach a model to write URLs from memory: when its search did not list the page it chose, it
 searches again with the task's ``followup_query`` (the headline of the release that holds the
 figure: the Q4 release for a full year, the latest reported quarter for a trap; two results, to
-keep the context short), and only then opens it (on
-the default sandbox, 77 of 550 episodes search twice; before the follow-up, those 77 opened an
-unlisted page; ``agentrl.eval.research``'s ``url_from_context`` measures it). At noise 0 it
+keep the context short), and only then opens it (on the default sandbox, 77 of 550 episodes
+search twice; before the follow-up, those 77 opened an unlisted page; ``agentrl.eval.research``'s
+``url_from_context`` measures it). At noise 0 it
 scores the rubric maximum on every sandbox task. Its turns are Hermes ``<tool_call>`` text (or
 OpenAI ``tool_calls`` with ``style="openai"``), so they exercise the env's parser.
 
@@ -113,15 +113,14 @@ class OraclePolicy:
         if messages and messages[-1].role == "user" and messages[-1].text == SUMMARY_REQUEST:
             notes = "\n".join(f"- {name}: {arg}" for name, arg, _ in _calls(messages[:-1]))
             return Message(role="assistant", content=notes or "- nothing yet")
-        notes = _notes(messages)
-        turn = len(_calls(messages)) if notes else sum(1 for m in messages if m.role == "assistant")
+        calls = _calls(messages)
+        turn = len(calls) if _notes(messages) else sum(1 for m in messages if m.role == "assistant")
         gt = ctx.ground_truth
         if gt and gt.get("steps"):
             return self._act_in_steps(messages, ctx, turn)
         src = self._source(messages, ctx)
         if not gt or src is None:
             return self._call("answer", {"report": "I could not find a reliable answer."}, turn)
-        calls = _calls(messages)
         if turn and not calls:  # a caller that shows earlier turns without their calls: go by turn
             if turn == 1:
                 return self._call("open_url", {"url": src["url"]}, turn)

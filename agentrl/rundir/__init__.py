@@ -59,7 +59,12 @@ from agentrl.rundir import layout as _layout
 from agentrl.rundir import logs as _logs
 from agentrl.rundir.atomic import write_atomic as _write_atomic
 from agentrl.rundir.atomic import write_json
-from agentrl.rundir.checkpoints import checkpoint_damage, checkpoint_state_file, write_checkpoint_manifest
+from agentrl.rundir.checkpoints import (
+    checkpoint_damage,
+    checkpoint_state_file,
+    load_error,
+    write_checkpoint_manifest,
+)
 from agentrl.rundir.layout import (
     AUDIT,
     CHECKPOINTS,
@@ -118,6 +123,7 @@ __all__ = [
     "checkpoint_order",
     "checkpoint_state_file",
     "in_layout",
+    "load_error",
     "mend_jsonl_tail",
     "read_jsonl",
     "read_token_stats",

@@ -101,6 +101,12 @@ def checkpoint_damage(directory: Path) -> str | None:
     return None
 
 
+def load_error(e: BaseException) -> str:
+    """A failed ``torch.load`` as one short line: the exception's type and its first line (torch's
+    own messages run to many lines, and may blame mmap or the zip format for a file cut short)."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+
+
 def _unloadable(state: Path) -> str | None:
     """Why torch cannot load the ``state.pt`` of a checkpoint without a manifest (None: it can)."""
     import zipfile
@@ -112,5 +118,5 @@ def _unloadable(state: Path) -> str | None:
     try:
         data = torch.load(state, map_location="cpu", weights_only=False, mmap=True)
     except Exception as e:  # a damaged archive: PytorchStreamReader, UnpicklingError, EOFError ...
-        return f"{state}: cannot be loaded ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})"
+        return f"{state}: cannot be loaded ({load_error(e)})"
     return None if isinstance(data, dict) and "step" in data else f"{state}: not an agentrl checkpoint"

@@ -33,6 +33,7 @@ from agentrl.rundir import (
     STATE,
     RunDir,
     checkpoint_order,
+    load_error,
     sft_name,
     step_name,
     write_checkpoint_manifest,
@@ -220,8 +221,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(path / STATE, map_location="cpu", weights_only=False)
     except Exception as e:  # PytorchStreamReader, UnpicklingError, EOFError ...: never a traceback
-        why = (str(e).splitlines() or [""])[0][:200]
-        raise ConfigError(f"{path / STATE}: a damaged checkpoint ({type(e).__name__}: {why})") from None
+        raise ConfigError(f"{path / STATE}: a damaged checkpoint ({load_error(e)})") from None
     rng = state["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
