@@ -83,20 +83,20 @@ def check_logs(run: Path, checkpoint: Path) -> None:
         return
     name = checkpoint.relative_to(run) if checkpoint.is_relative_to(run) else checkpoint
     if not file.is_file():
-        raise ConfigError(
-            f"--resume: {file} is missing, and {name} comes after step {n}: the run's files disagree; "
-            f"put the run's {file.name} back, or start over with --overwrite"
-        )
-    with warnings.catch_warnings():  # a torn last line: noted once, when the trainer reads it
-        warnings.simplefilter("ignore", TornLineWarning)
-        rows = read_jsonl(file)
-    logged = {int(r[key]) for r in rows if isinstance(r.get(key), int | float)}
-    missing = [s for s in range(1, n + 1) if s not in logged]
-    if missing:
-        raise ConfigError(
-            f"--resume: {file} lacks steps {_spans(missing)}, and {name} comes after step {n}: the "
-            f"run's files disagree; put the run's {file.name} back, or start over with --overwrite"
-        )
+        gap = "is missing"
+    else:
+        with warnings.catch_warnings():  # a torn last line: noted once, when the trainer reads it
+            warnings.simplefilter("ignore", TornLineWarning)
+            rows = read_jsonl(file)
+        logged = {int(r[key]) for r in rows if isinstance(r.get(key), int | float)}
+        missing = [s for s in range(1, n + 1) if s not in logged]
+        if not missing:
+            return
+        gap = f"lacks steps {_spans(missing)}"
+    raise ConfigError(
+        f"--resume: {file} {gap}, and {name} comes after step {n}: the run's files disagree; "
+        f"put the run's {file.name} back, or start over with --overwrite"
+    )
 
 
 def _spans(steps: list[int]) -> str:
