@@ -106,12 +106,12 @@ def subject_names(prompt: str) -> set[str]:
     names (``GENERIC_NAME_WORDS``). ``"What was Ostionline Networks' revenue in Q2 2021?"`` →
     ``{"ostionline"}``."""
     names: set[str] = set()
-    sentence_start = True
+    prev = None  # the previous word's start: what lies from there decides a sentence start
     for m in _WORD.finditer(prompt):
         word = m.group().rstrip(".-")
-        before = prompt[: m.start()]
-        starts = sentence_start or not before.strip() or bool(_SENTENCE_END.search(before))
-        sentence_start = False
+        # the text since the previous word's start, not the whole prefix: linear in the prompt
+        starts = prev is None or bool(_SENTENCE_END.search(prompt[prev : m.start()]))
+        prev = m.start()
         if starts or not word[:1].isupper() or _PERIOD.match(word) or len(word) < 2:
             continue
         name = word.removesuffix("'s").removesuffix("'").lower()
