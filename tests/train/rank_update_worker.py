@@ -8,7 +8,6 @@ same step in the calling process. ``tests/train/test_rank_equality.py`` compares
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
@@ -18,6 +17,7 @@ from agentrl.learn.models import build_tiny_model
 from agentrl.train.config import AlgorithmConfig
 from agentrl.train.distributed import all_gather_objects, init_distributed, rank, world_size
 from agentrl.train.update import compute_advantages, update_actor
+from tests.gpu.sections.fsdp import leave_group_and_exit
 
 VOCAB = 48
 # Outcome rewards: rank 0's half (the user's report) and rank 1's differ in mean and spread, so
@@ -87,14 +87,7 @@ def main(out: str) -> None:
     everyone = [row for part in all_gather_objects(advantages) for row in part]
     if rank() == 0:
         torch.save({"state": state, "advantages": everyone, "metrics": metrics}, out)
-    # Leave the group together, then skip the interpreter's teardown: under load, gloo's threads
-    # could still be joinable when C++ static destructors run ("terminate called without an
-    # active exception", SIGABRT) after the work is done and saved.
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_group_and_exit()  # together, skipping the interpreter's teardown (SIGABRT under load)
 
 
 if __name__ == "__main__":

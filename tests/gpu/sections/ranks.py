@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.gpu.report import Recorder
-from tests.gpu.sections.fsdp import free_port, full_weights, join_group, rel, step_delta
+from tests.gpu.sections.fsdp import free_port, full_weights, join_group, leave_group_and_exit, rel, step_delta
 from tests.gpu.shapes import random_lm
 
 TITLE = "DDP and FSDP2 on two ranks sharing the device vs one process"
@@ -60,8 +60,10 @@ def _worker(rank: int, mode: str, shape: str, device: str, port: int, out: str) 
         after = full_weights(model)  # gathering the shards is a collective: every rank calls it
         if rank == 0:
             torch.save({"before": before, "after": after, "metrics": metrics}, out)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        dist.destroy_process_group()  # its side only: never wait on a rank that may be gone
+        raise
+    leave_group_and_exit()
 
 
 def _two_ranks(mode: str, shape: str, dev: torch.device, out: Path, deadline: float) -> str | None:
