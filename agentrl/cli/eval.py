@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
         help="scorecard of a policy or of trajectories (intervals over tasks); eval compare A B",
         description="Score a policy on a suite (--policy, with agentrl rollout's options, into --out), "
         "or stored judged trajectories (FILE.jsonl or a run directory: its latest evaluation), as a "
-        "scorecard: mean normalised reward with a 95%% bootstrap interval over tasks, mean@n, best@n, "
+        "scorecard: mean normalised reward with a bootstrap interval over tasks (95% unless --level), mean@n, best@n, "
         "pass@k, shares of episodes with a tool call, unanswered, cut at the token limit, the official "
         "share of opened pages, each criterion's pass rate. `agentrl eval compare A B`: B − A paired "
         "by (task, sample), with its interval, a paired sign-flip p-value and the criteria that moved.",

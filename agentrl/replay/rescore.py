@@ -72,6 +72,10 @@ class RescoreReport(BaseModel):
     calls: int = 0
     cache_hits: int = 0
     cost_usd: float = 0.0
+    other_rubrics: dict[str, int] = Field(default_factory=dict)
+    """Stored rubric id → how many of the compared trajectories it scored, for the ids that are not
+    the new reward's: those deltas put two rubrics' questions side by side (a task's own rubric
+    against one written for another task), not two judges' answers to one rubric."""
     criteria: list[CriterionDelta] = Field(default_factory=list)
     per_trajectory: list[TrajectoryDelta] = Field(default_factory=list)
 
@@ -117,6 +121,8 @@ def compare_rewards(old: Sequence[Trajectory], new: Sequence[Trajectory]) -> Res
         )
         if not both:
             continue
+        if ra.rubric_id and rb.rubric_id and ra.rubric_id != rb.rubric_id:  # type: ignore[union-attr]
+            rep.other_rubrics[ra.rubric_id] = rep.other_rubrics.get(ra.rubric_id, 0) + 1  # type: ignore[union-attr]
         olds.append(ra.total)  # type: ignore[union-attr]
         news.append(rb.total)  # type: ignore[union-attr]
         rep.changed_totals += abs(d) > 1e-12  # type: ignore[arg-type]
@@ -230,6 +236,13 @@ def format_deltas(rep: RescoreReport) -> str:
         "rubric hash " + (", ".join(h[:16] for h in rep.rubric_hashes) or "–"),
         f"judge calls {rep.calls}, cache hits {rep.cache_hits}, cost ${rep.cost_usd:.4f}",
     ]
+    if rep.other_rubrics:
+        n = sum(rep.other_rubrics.values())
+        named = ", ".join(f"{k} ({v})" for k, v in sorted(rep.other_rubrics.items()))
+        out.append(
+            f"note: {n} of {rep.compared} were scored under another rubric ({named}): "
+            "their Δ compares two rubrics, not two judges of one"
+        )
     if rep.first_error:
         out.append("first judge error: " + " ".join(rep.first_error.split())[:400])
     return "\n".join(out)

@@ -160,7 +160,7 @@ def test_grpo_singleton_and_tied_groups_are_exactly_zero():
 
 
 def test_grpo_reference_case_three_shares_the_advantage_across_turns():
-    # REFERENCE §3: the good report scores 2.5, the gossip one 0.5; one group.
+    # docs/reference-cases.md §3: the good report scores 2.5, the gossip one 0.5; one group.
     mask = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 0, 0, 1, 1, 0]])
     adv = grpo_advantages(torch.tensor([2.5, 0.5]), ["alphabet", "alphabet"], mask)
     std = math.sqrt(2.0)  # unbiased std of {2.5, 0.5}

@@ -114,7 +114,7 @@ def test_reinforce_pp_two_ranks_equal_one_process(dtype):
 
 @pytest.mark.parametrize("sizes", [[1, 5], [2, 1, 3], [6, 0]])
 def test_whitening_reference_case_split_over_ranks(sizes):
-    """REFERENCE §1's advantages, cut into shards of `sizes` tokens, whiten to the reference numbers."""
+    """The advantages of docs/reference-cases.md §1, cut into shards of `sizes` tokens, whiten to the reference numbers."""
     adv, mask = torch.tensor([ADVANTAGES], dtype=torch.float64), torch.ones(1, 6)
     cols = [0, *torch.tensor(sizes).cumsum(0).tolist()]
     shards = [(adv[:, a:b], mask[:, a:b]) for a, b in itertools.pairwise(cols)]

@@ -1,4 +1,4 @@
-"""REFERENCE.md's hand-computed cases, reproduced exactly."""
+"""The hand-computed reference cases (docs/reference-cases.md), reproduced exactly."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""``agentrl explain --arrays``: the token table of REFERENCE.md §1 and §2, JSON output, bad input."""
+"""``agentrl explain --arrays``: the token table of docs/reference-cases.md §1 and §2, JSON output, bad input."""
 
 import json
 import re
@@ -11,7 +11,7 @@ from agentrl.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 ONE_PLUS_ONE = ROOT / "examples" / "one_plus_one.json"
 
-REF = {  # REFERENCE.md §1
+REF = {  # docs/reference-cases.md §1
     "reward": [-0.010, -0.005, 0.005, -0.010, -0.020, 0.995],
     "value": [0.20, 0.25, 0.30, 0.35, 0.45, 0.60],
     "δ": [0.040, 0.045, 0.055, 0.090, 0.130, 0.395],

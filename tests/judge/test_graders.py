@@ -1,4 +1,4 @@
-"""Deterministic graders and ``score_deterministic`` (REFERENCE.md §3 offline: 2.5 and 0.5)."""
+"""Deterministic graders and ``score_deterministic`` (docs/reference-cases.md §3 offline: 2.5 and 0.5)."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def test_correct_verdicts_one_call_per_trajectory(judge_server):
 
 
 def test_reference_3_with_the_llm_judge():
-    """REFERENCE.md §3 with the shipped rubric: 2.5 for the good report, 0.5 for the gossip one."""
+    """docs/reference-cases.md §3 with the shipped rubric: 2.5 for the good report, 0.5 for the gossip one."""
     rules = {
         "accuracy": lambda cid, text, rep: "Fully Satisfied" if "12.3 billion" in rep else "Not Satisfied",
         "temporal": lambda cid, text, rep: (

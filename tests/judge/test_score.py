@@ -49,7 +49,7 @@ def test_map_verdict_rejects_unknown(args):
 
 
 def test_reference_3_weighted_sum():
-    # REFERENCE.md §3: accuracy 1.0, temporal 1.0, \cite{} 0.5, strict mapping, weighted sum.
+    # docs/reference-cases.md §3: accuracy 1.0, temporal 1.0, \cite{} 0.5, strict mapping, weighted sum.
     good = [(1.0, map_verdict(F, "positive", "strict"))] * 2 + [(0.5, 1.0)]
     gossip = [
         (1.0, map_verdict(N, "positive", "strict")),

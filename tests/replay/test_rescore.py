@@ -4,6 +4,7 @@ rubric hash on every new verdict, and a repeat run that the verdict cache makes 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from agentrl.judge import JudgeConfig, load_rubric, score_deterministic
 from agentrl.judge.prompt import judge_input
 from agentrl.trajectory import read_trajectories
 from tests.judge.fake_server import FakeJudgeServer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 STRICT = r"""
 id: replay-strict
@@ -102,6 +105,29 @@ def test_deltas_against_a_different_deterministic_rubric(recorded, tmp_path, cap
     table = capsys.readouterr().out
     assert "no_trillion" in table and "(added)" in table and "(removed)" in table and "1→2" in table
     assert rubric.content_hash[:16] in table
+
+    # Every compared trajectory was scored under its task's own rubric, not this one: said so.
+    ids = [stored[t].reward.rubric_id for t in both]
+    assert (
+        rep["other_rubrics"] == {i: ids.count(i) for i in set(ids)}
+        and sum(rep["other_rubrics"].values()) == 4
+    )
+    assert "note: 4 of 4 were scored under another rubric (" in table
+    assert all(f"{i} ({ids.count(i)})" in table for i in set(ids))
+
+
+def test_the_tasks_own_rubric_draws_no_other_rubric_note(recorded, tmp_path, capsys):
+    """Re-scored under the rubric that scored them (each task's own): nothing to warn about."""
+    traj, _ = recorded
+    rep = _json(
+        capsys, traj, "--rubric", ROOT / "envs/alphabet-2025/rubrics/cloud-offline.yaml", "--no-judge-cache"
+    )
+    own = [
+        t for t in read_trajectories(traj) if t.reward and t.reward.rubric_id == "alphabet-2025-cloud-offline"
+    ]
+    assert own and rep["rescore"]["other_rubrics"] == {
+        "alphabet-q4-2024-cloud": rep["rescore"]["compared"] - len(own)
+    }
 
 
 def test_llm_rescore_repeat_makes_no_judge_calls(recorded, tmp_path, capsys):

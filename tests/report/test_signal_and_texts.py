@@ -63,6 +63,38 @@ def test_some_steps_without_signal_are_listed(run_copy, tmp_path):
     assert "<b>1 of 2 steps had no learning signal</b> (every advantage 0: steps 2)" in html
 
 
+def test_a_step_moved_by_the_kl_loss_is_not_called_unchanged(run_copy, tmp_path):
+    """Every advantage 0 but a non-zero gradient (``kl_loss_coef`` > 0): the reward taught nothing,
+    yet the update moved the policy, and the notice must not say otherwise."""
+    _edit_metrics(run_copy, s1={**ZERO, "actor/grad_norm": 0.0}, s2={**ZERO, "actor/grad_norm": 0.02})
+    html = write_report(run_copy, tmp_path / "r.html").read_text()
+    assert "No learning signal in this run:</b> in all 2 steps" in html
+    assert "no update changed the policy" not in html
+    assert "in 1 of those steps the gradient was not zero" in html
+    _edit_metrics(run_copy, s2={**ZERO, "actor/grad_norm": 0.0})  # now truly unchanged
+    html = write_report(run_copy, tmp_path / "r.html").read_text()
+    assert "no update changed the policy" in html and "gradient was not zero" not in html
+
+
+def test_an_unanswered_episode_is_not_a_judge_error(run_copy, tmp_path):
+    """An episode that ended without a report scores 0 with why (``status`` ok); only a judge that
+    failed (``status`` judge_error) is labelled a judge error."""
+    from agentrl.trajectory.models import RewardBreakdown
+    from agentrl.trajectory.outcome import unanswered_reward
+
+    def edit(t):
+        if t.id.endswith("#0"):
+            t.reward = unanswered_reward("generation_limit")
+        else:
+            t.reward = RewardBreakdown(total=None, status="judge_error", error="the judge timed out")
+
+    _edit_trajectories(run_copy, edit)
+    html = write_report(run_copy, tmp_path / "r.html").read_text()
+    assert "Judge error: no final answer" not in html
+    assert "Scored 0: no final answer (generation_limit)" in html
+    assert "Judge error: the judge timed out" in html
+
+
 def test_criterion_texts_come_from_the_rubric_recorded_by_the_judge(real_run, tmp_path):
     html = write_report(real_run, tmp_path / "r.html").read_text()
     assert _criteria_texts(html) == set(TEXTS)

@@ -83,3 +83,13 @@ def no_signal_steps(rows: list[dict[str, Any]]) -> dict[int, str]:
         elif hi == 0.0 and lo == 0.0:
             out[int(step)] = "every advantage 0"
     return out
+
+
+def moved_steps(rows: list[dict[str, Any]]) -> set[int]:
+    """The steps whose update had a non-zero gradient (``actor/grad_norm`` > 0): with every advantage
+    0 the KL loss or the entropy bonus can still move the policy."""
+    return {
+        int(step)
+        for r in rows
+        if (step := _num(r.get("step"))) is not None and (_num(r.get("actor/grad_norm")) or 0.0) > 0.0
+    }

@@ -149,8 +149,10 @@ def _verdicts_html(traj: Trajectory, own: dict[str, tuple[str, str]]) -> str:
         + (f" · {r.calls} judge calls, ${r.cost_usd:.4f}" if r.calls or r.cost_usd else "")
         + "</p>"
     )
-    if r.error:
+    if r.error and r.status == "judge_error":
         head += f'<p class="error">Judge error: {escape(r.error)}</p>'
+    elif r.error:  # scored without a judge's failure: why it scored so (an unanswered episode's 0)
+        head += f'<p class="note">Scored {_num(r.total)}: {escape(r.error)}</p>'
     if not r.criteria:
         return head
     rows = []
