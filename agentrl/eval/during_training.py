@@ -63,7 +63,10 @@ def eval_env_config(cfg: EvalConfig, env_config: dict[str, Any]) -> dict[str, An
             "set eval.suite to a suite with held-out tasks (agentrl sandbox build --heldout-companies K), "
             "or eval.split"
         )
-    suite.tasks_in(cfg.split_name)  # a split with no task: ConfigError naming the splits
+    try:
+        suite.tasks_in(cfg.split_name)  # a split with no task: ConfigError naming the splits
+    except ConfigError as e:
+        raise ConfigError(f"eval.split: {e}") from None
     return env
 
 

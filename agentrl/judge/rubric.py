@@ -51,9 +51,11 @@ _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
 def _check_id(v: str) -> str:
-    """Rubric and criterion ids: letters, digits, '_', '.', '-', starting with a letter or digit."""
+    """Rubric and criterion ids: ASCII letters, digits, '_', '.', '-', starting with a letter or digit."""
     if not _ID.match(v):
-        raise ValueError("an id is letters, digits, '_', '.', '-' and starts with a letter or digit")
+        raise ValueError(
+            "an id is ASCII letters (A-Z, a-z), digits, '_', '.', '-' and starts with a letter or digit"
+        )
     return v
 
 

@@ -20,9 +20,9 @@ from agentrl.judge.config import JudgeConfig
 from agentrl.learn.algorithm import AlgorithmConfig
 from agentrl.rollout.context import ContextConfig
 from agentrl.tokens.cut import DEFAULT_MAX_LEN
+from agentrl.train.config_errors import describe
 from agentrl.train.config_paths import INPUT_PATHS, is_hub_id, resolve_input, resolve_paths
 from agentrl.yamlload import Marks, load_yaml, read_text
-from agentrl.yamlload import dotted as field_name
 
 __all__ = [
     "INPUT_PATHS",
@@ -362,14 +362,14 @@ def load_train_config(
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = tuple(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        if (flag := _set_flag(given, loc)) is not None:
-            raise ConfigError(f"{flag}: {field_name(loc)}: {msg}") from None
-        line, col = _locate(marks, loc)
-        where = f"{source}:{line}:{col}" if line else source
-        raise ConfigError(f"{where}: {field_name(loc)}: {msg}") from None
+
+        def where(loc: tuple[str | int, ...]) -> str:
+            if (flag := _set_flag(given, loc)) is not None:
+                return flag
+            line, col = _locate(marks, loc)
+            return f"{source}:{line}:{col}" if line else source
+
+        raise ConfigError(describe(e, TrainConfig, where)) from None
 
 
 def _json(value: Any) -> str:

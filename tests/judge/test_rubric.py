@@ -104,6 +104,10 @@ def test_deep_research_rubric_has_negative_criteria():
             "x.yaml:7:5: criteria[0].weight: Input should be a finite number",
         ),
         ("id: [demo\n", "x.yaml:2:1: not valid YAML"),
+        (  # a letter, but not an ASCII one: the message says which letters
+            BASE.replace("id: temporal", "id: 評価"),
+            "x.yaml:8:5: criteria[1].id: an id is ASCII letters (A-Z, a-z), digits",
+        ),
         ("- a\n- b\n", "x.yaml:1:1: <root>: a rubric must be a mapping"),
         ("", "x.yaml: the rubric is empty"),
         (

@@ -144,7 +144,7 @@ def test_defaults_flag_gives_every_default(capsys):
     ("override", "named"),
     [
         ("steps=abc", "--set steps=abc: steps: Input should be a valid integer"),
-        ("stepz=1", "--set stepz=1: stepz: Extra inputs are not permitted"),
+        ("stepz=1", "--set stepz=1: stepz: not a setting; did you mean 'steps'?"),
         ("rollout.max_turns=0", "--set rollout.max_turns=0: rollout.max_turns: Input should be greater than"),
         (
             "model.path=./no-such-model",
@@ -164,3 +164,34 @@ def test_a_bad_value_in_the_file_is_still_named_at_its_line(tmp_path):
     cfg.write_text("steps: 3\nseed: abc\n")
     with pytest.raises(ConfigError, match=rf"^{cfg}:2:1: seed: "):
         load_train_config(cfg, {"steps": 4})
+
+
+def test_every_config_problem_is_named_at_once_with_the_nearest_setting(tmp_path):
+    """Two typos and a bad value: three lines in one error, each with its file position, and a
+    near miss of a key names the setting meant; a key like no setting gets no guess."""
+    from agentrl.errors import ConfigError
+    from agentrl.train.config import load_train_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("rollout:\n  max_turn: 3\nstpes: 4\nalgorithm:\n  name: grpo\n  zzzz: 1\nseed: x\n")
+    with pytest.raises(ConfigError) as err:
+        load_train_config(cfg)
+    lines = str(err.value).splitlines()
+    assert lines[0] == "4 problems in the config:"
+    assert f"{cfg}:2:3: rollout.max_turn: not a setting; did you mean 'max_turns'?" in lines
+    assert f"{cfg}:3:1: stpes: not a setting; did you mean 'steps'?" in lines
+    assert f"{cfg}:6:3: algorithm.zzzz: not a setting" in lines
+    assert any(x.startswith(f"{cfg}:7:1: seed: ") for x in lines)
+    # one problem: one line, as before
+    cfg.write_text("stpes: 4\n")
+    with pytest.raises(ConfigError) as err:
+        load_train_config(cfg)
+    assert str(err.value) == f"{cfg}:1:1: stpes: not a setting; did you mean 'steps'?"
+
+
+def test_settings_at_walks_into_sections():
+    from agentrl.train.config import TrainConfig
+    from agentrl.train.config_errors import settings_at
+
+    assert "max_turns" in settings_at(TrainConfig, ("rollout",)) and "steps" in settings_at(TrainConfig, ())
+    assert settings_at(TrainConfig, ("steps",)) == [] and settings_at(TrainConfig, ("nope",)) == []

@@ -212,7 +212,9 @@ def test_a_step_raises_the_likelihood_of_the_better_samples(tmp_path, algo):
 def test_config_errors_name_file_line_and_field(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"algorithm": {"name": "grpo", "gama": 0.9}}, sort_keys=False))
-    with pytest.raises(ConfigError, match=r"bad\.yaml:3:3: algorithm\.gama: Extra inputs"):
+    with pytest.raises(
+        ConfigError, match=r"bad\.yaml:3:3: algorithm\.gama: not a setting; did you mean 'gamma'\?"
+    ):
         load_train_config(path)
     path.write_text("rollout:\n  group_size: 1\n")
     with pytest.raises(ConfigError, match="group_size must be ≥ 2"):

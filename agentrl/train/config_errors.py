@@ -1,0 +1,64 @@
+"""What is wrong with a training config, all at once: every problem pydantic found, each on its own
+line with where it was written (``FILE:LINE:COL`` or the ``--set`` flag), and for a key that is not
+a setting the nearest one that is ("did you mean ``max_turns``?"), so a config with two typos takes
+one run to fix, not two."""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from agentrl.yamlload import dotted
+
+__all__ = ["describe", "settings_at"]
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (through ``X | None``, ``Annotated``), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (found := _model_of(arg)) is not None:
+            return found
+    return None
+
+
+def settings_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
+    """The keys a mapping at ``loc`` (a path of keys below ``model``) accepts; [] when ``loc`` does
+    not lead to a section."""
+    for key in loc:
+        field = model.model_fields.get(str(key))
+        sub = _model_of(field.annotation) if field is not None else None
+        if sub is None:
+            return []
+        model = sub
+    return [name for name, f in model.model_fields.items() if f.alias is None] + [
+        f.alias for f in model.model_fields.values() if f.alias
+    ]
+
+
+def describe(
+    e: ValidationError,
+    model: type[BaseModel],
+    where: Callable[[tuple[str | int, ...]], str],
+) -> str:
+    """Every error of ``e`` as ``WHERE: field: problem`` lines (``where(loc)`` names the file position
+    or the flag), unknown keys with the nearest setting. One problem gives one line."""
+    lines = []
+    for err in e.errors():
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            known = settings_at(model, loc[:-1])
+            near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            msg = "not a setting" + (f"; did you mean {near[0]!r}?" if near else "")
+            if known and not near:  # a short section lists its settings; --print-config has all
+                msg += f" (settings here: {', '.join(sorted(known))})" if len(known) <= 12 else ""
+        lines.append(f"{where(loc)}: {dotted(loc)}: {msg}")
+    if len(lines) > 1:
+        lines.insert(0, f"{len(lines)} problems in the config:")
+    return "\n".join(lines)
