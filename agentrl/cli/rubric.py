@@ -128,6 +128,7 @@ def _probe(args: argparse.Namespace) -> int:
     from agentrl.errors import ConfigError
     from agentrl.judge.rubric import load_rubric
     from agentrl.rollout.probe import SHORTCUTS, format_table, probe
+    from agentrl.train.progress import LineProgress
 
     unknown = [s for s in args.shortcut or [] if s not in SHORTCUTS]
     if unknown:
@@ -141,6 +142,7 @@ def _probe(args: argparse.Namespace) -> int:
         limit=args.limit,
         judge=judge,
         max_shortcut=args.max_shortcut,
+        phase=LineProgress().phase,  # on stderr: stdout keeps the table or the JSON
     )
     low_oracle = res.oracle.mean < args.min_oracle
     if args.json:

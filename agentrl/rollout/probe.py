@@ -19,6 +19,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,6 +289,10 @@ def _row(name: str, description: str, trajs: list[Trajectory]) -> ProbeRow:
     return row
 
 
+def _quiet(name: str) -> AbstractContextManager[Any]:
+    return nullcontext()
+
+
 def probe(
     suite: str = "sandbox",
     *,
@@ -297,11 +302,13 @@ def probe(
     judge: dict[str, Any] | None = None,
     max_shortcut: float = 0.05,
     seed: int = 0,
+    phase: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> ProbeResult:
     """Run the oracle and the shortcut policies on ``suite``'s tasks and score them.
 
     ``rubric`` (a ``Rubric``) overrides every task's rubric; ``limit`` takes that many tasks spread
     over the suite; ``judge`` is a ``JudgeConfig`` mapping (``model``, ``api_base``) for LLM criteria.
+    ``phase(name)`` wraps each policy's episodes and scoring (the CLI shows it as progress).
     """
     if rubric is not None and not rubric.is_deterministic and not (judge or {}).get("model"):
         llm = ", ".join(c.id for c in rubric.criteria if c.is_llm)
@@ -332,9 +339,10 @@ def probe(
         return [await run_policy_episode(env, policy, t, 0, seed) for t in tasks]
 
     rows = []
-    for policy, description, its_tasks in policies:
-        trajs = asyncio.run(run_all(policy, its_tasks))
-        _score(trajs, rubric, judge or {})
+    for k, (policy, description, its_tasks) in enumerate(policies, 1):
+        with (phase or _quiet)(f"policy {k}/{len(policies)}: {policy.name} on {len(its_tasks)} tasks"):
+            trajs = asyncio.run(run_all(policy, its_tasks))
+            _score(trajs, rubric, judge or {})
         rows.append(_row(policy.name, description, trajs))
     return ProbeResult(rows[0], rows[1:], len(tasks), max_shortcut)
 

@@ -4,7 +4,7 @@ its ``finally`` blocks run, and it leaves a summary and curve marked interrupted
 Python turns Ctrl-C into ``KeyboardInterrupt`` wherever the main thread is. SIGTERM's default kills
 the process at once; ``raise_on_sigterm`` makes it a request instead: the run stops at the next
 *stop point* (``check_stop``, after each warm-start and RL step), where nothing is half done, by
-raising ``RunInterrupted``. A second SIGTERM does not wait: it raises at once, like Ctrl-C. (An
+raising ``RunInterrupted``; the request is acknowledged on stderr at once. A second SIGTERM does not wait: it raises at once, like Ctrl-C. (An
 exception raised from a signal handler lands at whatever bytecode runs, in the middle of an event
 loop's set-up or a thread pool's shutdown, say; a stop point never does.) ``restore_sigterm``
 undoes it. A SIGKILL or the OOM killer cannot be caught: the checkpoints are what survive those.
@@ -12,22 +12,37 @@ undoes it. A SIGKILL or the OOM killer cannot be caught: the checkpoints are wha
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
 import threading
 from typing import Any
 
 from agentrl.errors import RunInterrupted
 
-__all__ = ["RunInterrupted", "check_stop", "raise_on_sigterm", "restore_sigterm", "stop_requested"]
+__all__ = [
+    "ACKNOWLEDGE",
+    "RunInterrupted",
+    "check_stop",
+    "raise_on_sigterm",
+    "restore_sigterm",
+    "stop_requested",
+]
 
 _UNSET = object()
 _REQUESTED = threading.Event()
+
+
+ACKNOWLEDGE = "agentrl: SIGTERM received: stopping after the current step (send it again to stop now)"
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     if _REQUESTED.is_set():  # asked twice: stop now
         raise RunInterrupted("", signal="SIGTERM")
     _REQUESTED.set()
+    # Said at once: a step can take seconds to minutes, and a silent wait reads as a hung run.
+    with contextlib.suppress(Exception):  # a closed or broken stderr must not turn the request into a crash
+        print(ACKNOWLEDGE, file=sys.stderr, flush=True)
 
 
 def stop_requested() -> bool:

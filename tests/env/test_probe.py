@@ -56,8 +56,13 @@ def test_the_probe_catches_a_weak_rubric_and_exits_non_zero(tmp_path, capsys):
     assert line.endswith("FAIL") and "temporal" in line and "citation" in line
     # the shipped rubrics pass the same probe; --json says which failed
     assert main(["rubric", "probe", "--suite", QUICKSTART, "--limit", "11", "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    shown = capsys.readouterr()
+    data = json.loads(shown.out)  # the progress went to stderr: stdout is the JSON alone
     assert data["failing"] == [] and data["policies"][0]["mean"] >= 0.8
+    # each policy's episodes are a phase on stderr, started and finished with its time
+    n = len(data["policies"])
+    assert f"policy 1/{n}: oracle(noise=0) on 11 tasks ..." in shown.err.splitlines()
+    assert sum(f"/{n}: " in x and ": done in " in x for x in shown.err.splitlines()) == n
     # a threshold that the oracle cannot meet fails too
     assert main(["rubric", "probe", "--suite", QUICKSTART, "--limit", "3", "--min-oracle", "1.01"]) == 1
 

@@ -8,16 +8,17 @@ import signal
 import pytest
 
 from agentrl.errors import RunInterrupted
-from agentrl.train.interrupt import check_stop, raise_on_sigterm, restore_sigterm, stop_requested
+from agentrl.train.interrupt import ACKNOWLEDGE, check_stop, raise_on_sigterm, restore_sigterm, stop_requested
 
 
-def test_sigterm_is_a_request_until_it_comes_twice():
+def test_sigterm_is_a_request_until_it_comes_twice(capsys):
     before = signal.getsignal(signal.SIGTERM)
     previous = raise_on_sigterm()
     try:
         check_stop()  # nothing asked yet
         os.kill(os.getpid(), signal.SIGTERM)  # handled in this (main) thread: no exception here
         assert stop_requested()
+        assert capsys.readouterr().err == ACKNOWLEDGE + "\n"  # said at once, not when the step ends
         with pytest.raises(RunInterrupted) as e:
             check_stop()
         assert e.value.signal == "SIGTERM"
