@@ -4,9 +4,9 @@
 download). The critic is the policy's architecture with a scalar value head, on a separate copy of
 the backbone or on the policy's own hidden states.
 
-Shift convention (docs/tokens.md, "The row" and `token_logprobs`): the model output at position t − 1 has seen
-tokens < t, so it gives log p(token t) and the critic's V(s_t) — the value *before* token t.
-Position 0 has no prediction and gets 0.
+Shift convention (docs/tokens.md, "The row" and ``token_logprobs``): the model output at position
+t − 1 has seen tokens < t, so it gives log p(token t) and the critic's V(s_t) — the value *before*
+token t. Position 0 has no prediction and gets 0.
 """
 
 from __future__ import annotations

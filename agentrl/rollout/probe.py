@@ -289,10 +289,6 @@ def _row(name: str, description: str, trajs: list[Trajectory]) -> ProbeRow:
     return row
 
 
-def _quiet(name: str) -> AbstractContextManager[Any]:
-    return nullcontext()
-
-
 def probe(
     suite: str = "sandbox",
     *,
@@ -340,7 +336,8 @@ def probe(
 
     rows = []
     for k, (policy, description, its_tasks) in enumerate(policies, 1):
-        with (phase or _quiet)(f"policy {k}/{len(policies)}: {policy.name} on {len(its_tasks)} tasks"):
+        name = f"policy {k}/{len(policies)}: {policy.name} on {len(its_tasks)} tasks"
+        with phase(name) if phase else nullcontext():
             trajs = asyncio.run(run_all(policy, its_tasks))
             _score(trajs, rubric, judge or {})
         rows.append(_row(policy.name, description, trajs))

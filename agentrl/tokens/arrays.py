@@ -1,6 +1,7 @@
 """``TokenizedTrajectory``: one trajectory as aligned per-token arrays, ready to batch.
 
-Every array has length L and index t describes token t (docs/tokens.md, "The row"). Internal data, so a dataclass of numpy arrays rather than a pydantic model.
+Every array has length L and index t describes token t (docs/tokens.md, "The row"). Internal
+data, so a dataclass of numpy arrays rather than a pydantic model.
 """
 
 from __future__ import annotations

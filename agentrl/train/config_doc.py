@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from agentrl.train.config import TrainConfig
+from agentrl.train.config_errors import section_of as _section
 
 __all__ = ["REGENERATE", "Field", "annotated_yaml", "config_markdown", "fields"]
 
@@ -40,14 +41,6 @@ class Field:
     default: str
     description: str
     section: type[BaseModel] | None
-
-
-def _section(annotation: Any) -> type[BaseModel] | None:
-    """The model an annotation holds (``AuditConfig | None`` included), or None."""
-    for arg in (annotation, *get_args(annotation)):
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
 
 
 def _type_name(annotation: Any) -> str:

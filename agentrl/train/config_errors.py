@@ -6,24 +6,22 @@ one run to fix, not two."""
 from __future__ import annotations
 
 import difflib
-import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
 from agentrl.yamlload import dotted
 
-__all__ = ["describe", "settings_at"]
+__all__ = ["describe", "section_of", "settings_at"]
 
 
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model a field holds (through ``X | None``, ``Annotated``), or None."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in typing.get_args(annotation):
-        if (found := _model_of(arg)) is not None:
-            return found
+def section_of(annotation: Any) -> type[BaseModel] | None:
+    """The model a field's annotation holds (``AuditConfig | None`` included): the section it
+    opens, or None for a value."""
+    for arg in (annotation, *get_args(annotation)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
     return None
 
 
@@ -32,13 +30,11 @@ def settings_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
     not lead to a section."""
     for key in loc:
         field = model.model_fields.get(str(key))
-        sub = _model_of(field.annotation) if field is not None else None
+        sub = section_of(field.annotation) if field is not None else None
         if sub is None:
             return []
         model = sub
-    return [name for name, f in model.model_fields.items() if f.alias is None] + [
-        f.alias for f in model.model_fields.values() if f.alias
-    ]
+    return [f.alias or name for name, f in model.model_fields.items()]
 
 
 def describe(

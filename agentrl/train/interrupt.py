@@ -4,10 +4,11 @@ its ``finally`` blocks run, and it leaves a summary and curve marked interrupted
 Python turns Ctrl-C into ``KeyboardInterrupt`` wherever the main thread is. SIGTERM's default kills
 the process at once; ``raise_on_sigterm`` makes it a request instead: the run stops at the next
 *stop point* (``check_stop``, after each warm-start and RL step), where nothing is half done, by
-raising ``RunInterrupted``; the request is acknowledged on stderr at once. A second SIGTERM does not wait: it raises at once, like Ctrl-C. (An
-exception raised from a signal handler lands at whatever bytecode runs, in the middle of an event
-loop's set-up or a thread pool's shutdown, say; a stop point never does.) ``restore_sigterm``
-undoes it. A SIGKILL or the OOM killer cannot be caught: the checkpoints are what survive those.
+raising ``RunInterrupted``; the request is acknowledged on stderr at once. A second SIGTERM does
+not wait: it raises at once, like Ctrl-C. (An exception raised from a signal handler lands at
+whatever bytecode runs, in the middle of an event loop's set-up or a thread pool's shutdown, say; a
+stop point never does.) ``restore_sigterm`` undoes it. A SIGKILL or the OOM killer cannot be
+caught: the checkpoints are what survive those.
 """
 
 from __future__ import annotations

@@ -163,7 +163,6 @@ def _signal_notice(run: RunData) -> str:
         "(<code>train/skipped_update</code> = 1, or <code>critic/advantages/max</code> = "
         "<code>critic/advantages/min</code> = 0: every reward in each group tied, or nothing was trainable)"
     )
-    moved = sorted(set(bad) & moved_steps(run.metrics))  # the KL loss or entropy bonus still pulled
     if len(bad) == len(steps):
         head = f"<b>No learning signal in this run:</b> in all {len(steps)} steps, {escape(why)}"
         tail = "so no update changed the policy, and its curves are flat by construction"
@@ -173,9 +172,9 @@ def _signal_notice(run: RunData) -> str:
             f"<b>{len(bad)} of {len(steps)} steps had no learning signal</b> ({escape(why)}: steps {shown})"
         )
         tail = "those steps did not change the policy"
-    if moved:
+    if moved := len(bad.keys() & moved_steps(run.metrics)):  # the KL loss or entropy bonus pulled
         tail = (
-            f"the reward taught nothing there, but in {len(moved)} of those steps the gradient was not zero "
+            f"the reward taught nothing there, but in {moved} of those steps the gradient was not zero "
             "(<code>actor/grad_norm</code> &gt; 0: the KL loss or the entropy bonus moved the policy)"
         )
     return f'<p class="warn" id="no-signal" role="alert">{head} {how}; {tail}.</p>'
