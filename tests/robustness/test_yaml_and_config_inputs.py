@@ -167,8 +167,8 @@ def test_a_bad_value_in_the_file_is_still_named_at_its_line(tmp_path):
 
 
 def test_every_config_problem_is_named_at_once_with_the_nearest_setting(tmp_path):
-    """Two typos and a bad value: three lines in one error, each with its file position, and a
-    near miss of a key names the setting meant; a key like no setting gets no guess."""
+    """Two typos, a key like no setting and a bad value: four lines in one error, each with its file
+    position; a near miss of a key names the setting meant, a key like no setting gets no guess."""
     from agentrl.errors import ConfigError
     from agentrl.train.config import load_train_config
 
