@@ -111,7 +111,9 @@ ALLOWED: dict[str, set[str]] = {
         "rollout",
         "outputs",
     },
-    "explain": {"errors", "trajectory", "algos", "rundir", "tokens", "yamlload"},
+    # eval: the run report shows the research shares of agentrl.eval.research, their one
+    # implementation (a downward arrow, layer 5 → 3.5; agentrl eval's scorecards show the same)
+    "explain": {"errors", "trajectory", "algos", "rundir", "tokens", "yamlload", "eval"},
     "integrations": {
         "errors",
         "trajectory",

@@ -34,8 +34,10 @@ def register(subparsers: Any) -> None:
         "or stored judged trajectories (FILE.jsonl or a run directory: its latest evaluation), as a "
         "scorecard: mean normalised reward with a bootstrap interval over tasks (95% unless --level), mean@n, best@n, "
         "pass@k, shares of episodes with a tool call, unanswered, cut at the token limit, the official "
-        "share of opened pages, each criterion's pass rate. `agentrl eval compare A B`: B − A paired "
-        "by (task, sample), with its interval, a paired sign-flip p-value and the criteria that moved.",
+        "share of opened pages, each criterion's pass rate, and research or recall: the shares of "
+        "searches naming the question's subject, of opened URLs a tool result printed, of answers whose "
+        "figures are on an opened page. `agentrl eval compare A B`: B − A paired by (task, sample), "
+        "with its interval, a paired sign-flip p-value and the criteria that moved.",
     )
     p.add_argument(
         "inputs",

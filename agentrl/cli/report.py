@@ -13,8 +13,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a self-contained HTML report of a training run (curves, criteria, trajectories)",
         description=(
             "Write one HTML page about a training run directory: reward, loss and other curves, "
-            "per-criterion pass rates, judge cost, tool-call statistics, and a trajectory browser "
-            "with tokens coloured by advantage. The page needs no network (open it from file://)."
+            "per-criterion pass rates, research or recall (the shares of agentrl eval's scorecard for the "
+            "evaluations and the first and last RL steps), judge cost, tool-call statistics, and a "
+            "trajectory browser with tokens coloured by advantage. The page needs no network (open it "
+            "from file://)."
         ),
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a training output directory (holds metrics.jsonl)")

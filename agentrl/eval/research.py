@@ -12,7 +12,9 @@ that tell an agent that researches the question it is asked from one that recall
 
 Each is a pooled share over the episodes given (calls or answers, not episodes, are the unit), with
 its count, or ``None`` when there was nothing to count. ``research_shares`` is what ``agentrl eval``
-scorecards and the run report show (``docs/eval.md``).
+scorecards show (``Scorecard.research``, so ``summary.json``'s ``eval_before``/``eval_after`` too)
+and what the run report shows for its evaluations and first and last RL steps
+(``agentrl.explain.report.research``; ``docs/eval.md``, ``docs/report.md``).
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from agentrl.env.backends.sandbox import normalize_url
 from agentrl.trajectory import Trajectory, report_of
 
 __all__ = [
     "GENERIC_NAME_WORDS",
+    "SHARE_LABELS",
     "ResearchShares",
     "Share",
     "answer_figures",
@@ -74,14 +77,28 @@ GENERIC_NAME_WORDS = frozenset(
 
 
 class Share(BaseModel):
-    """``hits`` of ``total`` counted; ``share`` is their ratio, None when ``total`` is 0."""
+    """``hits`` of ``total`` counted; ``share`` is their ratio, None when ``total`` is 0 (it is in
+    ``model_dump`` too, so a JSON reader needs no division)."""
 
     hits: int
     total: int
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def share(self) -> float | None:
         return self.hits / self.total if self.total else None
+
+    def text(self) -> str:
+        """``"15/16 (94%)"``; ``"-"`` when nothing was counted."""
+        return f"{self.hits}/{self.total} ({self.hits / self.total:.0%})" if self.total else "-"
+
+
+#: What each share counts, in words, for tables (the scorecard's, the run report's): its name → label.
+SHARE_LABELS = {
+    "query_names_subject": "searches naming the subject",
+    "url_from_context": "opened URLs from a tool result",
+    "answer_figures_opened": "answer figures on an opened page",
+}
 
 
 class ResearchShares(BaseModel):
@@ -91,13 +108,13 @@ class ResearchShares(BaseModel):
     url_from_context: Share
     answer_figures_opened: Share
 
+    def shares(self) -> dict[str, Share]:
+        """Each share by name, in ``SHARE_LABELS`` order."""
+        return {name: getattr(self, name) for name in SHARE_LABELS}
+
     def figures(self) -> dict[str, float | None]:
         """Share per name (None where nothing was counted), for tables and JSON."""
-        return {
-            "query_names_subject": self.query_names_subject.share,
-            "url_from_context": self.url_from_context.share,
-            "answer_figures_opened": self.answer_figures_opened.share,
-        }
+        return {name: s.share for name, s in self.shares().items()}
 
 
 def subject_names(prompt: str) -> set[str]:

@@ -18,6 +18,10 @@
   (``agentrl.env.sources``, when the suite's corpus is known).
 - ``criteria``: per criterion id, the share of scored episodes that meet it: a positive
   criterion's mean score, a negative criterion's mean of 1 − score (free of the flaw).
+- ``research``: research or recall (``agentrl.eval.research``): of the searches, the share naming
+  the question's subject; of the ``open_url`` calls, the share whose URL a tool result printed; of
+  the answers stating figures, the share whose every figure is on a page the episode opened. Over
+  every episode given, judged or not (they read the episode, not its reward).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from agentrl.env.sources import OPENED, OPENED_OFFICIAL, opened_sources, page_kinds
+from agentrl.eval.research import SHARE_LABELS, ResearchShares, research_shares
 from agentrl.eval.stats import N_BOOT, bootstrap_ci, cluster_ci, pass_at_k
 from agentrl.judge import normalized_reward
 from agentrl.trajectory import Trajectory
@@ -105,6 +110,8 @@ class Scorecard(BaseModel):
     opened_pages: int | None
     official_share: float | None
     criteria: list[CriterionRate]
+    research: ResearchShares
+    """Research or recall: each share's hits, total and ratio (None where nothing was counted)."""
     n_boot: int
     seed: int
 
@@ -213,6 +220,7 @@ def scorecard(
             CriterionRate(id=c, kind=crit_kind[c], episodes=len(v), pass_rate=float(np.mean(v)))
             for c, v in crit.items()
         ],
+        research=research_shares(trajs),
         n_boot=n_boot,
         seed=seed,
     )
@@ -273,6 +281,8 @@ def scorecard_table(card: Scorecard, title: str = "scorecard") -> str:
     if card.criteria:
         rows.append(("criteria met (negative: free of the flaw)", ""))
         rows += [(f"  {c.id} ({c.kind})", f"{c.pass_rate:.1%} of {c.episodes}") for c in card.criteria]
+    rows.append(("research or recall (per call or answer)", ""))
+    rows += [(f"  {SHARE_LABELS[k]}", share.text()) for k, share in card.research.shares().items()]
     width = max(len(k) for k, _ in rows)
     lines = [title, *(f"  {k.ljust(width)}  {v}".rstrip() for k, v in rows)]
     lines.append(

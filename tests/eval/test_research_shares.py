@@ -11,25 +11,8 @@ import pytest
 from agentrl.cli import main
 from agentrl.env.sandbox import build
 from agentrl.eval.research import answer_figures, research_shares, subject_names
-from agentrl.trajectory import Trajectory, read_trajectories
-
-Q = "What was Ostionline Networks' revenue in Q2 2021? Cite your source."
-RELEASE = "https://ir.ostionline.example/news/2021-q2-results"
-RESULTS = f'Results for "Ostionline revenue":\n1. Ostionline Q2 2021 results\n   {RELEASE}\n   Revenue was...'
-PAGE = f"Title: Q2 2021 results\nURL: {RELEASE}\n\nTotal revenue was $18.5 billion, up 4.2% from last year."
-
-
-def episode(*calls: tuple[str, dict, str], prompt: str = Q) -> Trajectory:
-    """A trajectory from (tool, arguments, observation) calls; a call named ``answer`` is the report."""
-    msgs: list[dict] = [{"role": "user", "content": prompt}]
-    for i, (name, args, obs) in enumerate(calls):
-        call = {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-        msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        if name != "answer":
-            msgs.append({"role": "tool", "name": name, "tool_call_id": f"c{i}", "content": obs})
-    report = next((a["report"] for n, a, _ in calls if n == "answer"), None)
-    info = {"status": "answered" if report else "unanswered", "report": report}
-    return Trajectory(id="e", task_id="t", messages=msgs, info=info)
+from agentrl.trajectory import read_trajectories
+from tests.eval.fixtures import PAGE, RELEASE, RESULTS, Q, episode
 
 
 def test_subject_names_are_the_question_s_own_names():

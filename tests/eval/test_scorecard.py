@@ -1,16 +1,21 @@
-"""The scorecard's figures against hand-computed values and a slow recomputation from the episodes."""
+"""The scorecard's figures against hand-computed values and a slow recomputation from the episodes;
+its research shares as ``agentrl eval`` prints and writes them."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import re
 
 import numpy as np
 import pytest
 
+from agentrl.cli import main
 from agentrl.eval import scorecard, scorecard_table
 from agentrl.eval.stats import bootstrap_ci
-from agentrl.trajectory import Message
-from tests.eval.fixtures import traj
+from agentrl.jsonl import dumps
+from agentrl.trajectory import Message, write_trajectories
+from tests.eval.fixtures import episode, recalling, researching, traj, wandering
 
 
 def _suite_of_three():
@@ -118,3 +123,55 @@ def test_table_says_what_pass_means_and_how_intervals_are_made():
 def test_the_scorecard_does_not_depend_on_the_order_of_the_episodes():
     trajs = _suite_of_three()
     assert scorecard(trajs[::-1], kinds={}, n_boot=500) == scorecard(trajs, kinds={}, n_boot=500)
+
+
+def _research_mix():
+    """Shares that differ from each other, so a swap shows: searches 1 + 0 + 1 of 1 + 1 + 2 (2/4),
+    opened URLs 1 + 0 + 1 of 3 (2/3), answers with figures 1 + 0 of 2 (1/2; the wanderer never
+    answers). The wanderer is unjudged: the shares read the episode, not its reward."""
+    return [
+        researching(task="a", reward=1.0),
+        recalling(task="b", reward=0.0),
+        wandering(task="c"),
+    ]
+
+
+RESEARCH_JSON = {
+    "query_names_subject": {"hits": 2, "total": 4, "share": 0.5},
+    "url_from_context": {"hits": 2, "total": 3, "share": 2 / 3},
+    "answer_figures_opened": {"hits": 1, "total": 2, "share": 0.5},
+}
+
+
+def test_agentrl_eval_prints_and_writes_the_research_shares(tmp_path, capsys):
+    """The scorecard of ``agentrl eval FILE`` shows research or recall, counted by hand above, in its
+    table (one labelled line each, in order, under their heading) and in its JSON (stdout and
+    ``--json``)."""
+    path, js = tmp_path / "mix.jsonl", tmp_path / "card.json"
+    write_trajectories(path, _research_mix())
+    assert main(["eval", str(path), "--n-boot", "200", "--json", str(js)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["research"] == RESEARCH_JSON == json.loads(js.read_text())["research"]
+    lines = err.splitlines()
+    at = lines.index("  research or recall (per call or answer)")
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[at + 1 : at + 4]]
+    assert rows == [
+        ["searches naming the subject", "2/4 (50%)"],
+        ["opened URLs from a tool result", "2/3 (67%)"],
+        ["answer figures on an opened page", "1/2 (50%)"],
+    ]
+    assert lines[at + 4].startswith("  (pass = ")  # nothing else is under the heading
+
+
+def test_research_shares_with_nothing_to_count_are_null_and_a_dash():
+    """An episode with no search, no open_url and no figure: every share is None, which the strict
+    JSON writes as null, and the table as a dash."""
+    card = scorecard(
+        [episode(("answer", {"report": "Not yet published."}, ""), reward=0.0)], kinds={}, n_boot=200
+    )
+    assert json.loads(dumps(card.model_dump(mode="json")))["research"] == {
+        k: {"hits": 0, "total": 0, "share": None} for k in RESEARCH_JSON
+    }
+    text = scorecard_table(card)
+    assert re.search(r"searches naming the subject\s+-$", text, re.M)
+    assert re.search(r"answer figures on an opened page\s+-$", text, re.M)

@@ -1,7 +1,8 @@
 """``agentrl report RUN_DIR``: one self-contained HTML page about a training run (layer 5).
 
 Reward, loss and other training curves, per-criterion pass rates, judge cost and tool-call
-statistics as inline SVG, and a trajectory browser: each trajectory as a chat with the policy's
+statistics as inline SVG, research or recall (``agentrl.eval.research``) of the evaluations and the
+first and last RL steps, and a trajectory browser: each trajectory as a chat with the policy's
 tokens coloured by advantage (masked tokens greyed) and the rubric verdicts with the judge's
 reasoning. No network, no external library: the page works from ``file://``.
 """

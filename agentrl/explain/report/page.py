@@ -20,7 +20,9 @@ from typing import Any
 from agentrl.explain.report.charts import line_chart
 from agentrl.explain.report.metrics import label as metric_label
 from agentrl.explain.report.metrics import moved_steps, no_signal_steps
+from agentrl.explain.report.research import research_section
 from agentrl.explain.report.run import RunData, parse_steps, sample_trajectories
+from agentrl.explain.report.tables import table as _table
 from agentrl.explain.report.tokens import TokenRow, TokenSource
 from agentrl.explain.report.trajectories import BUCKETS, advantage_scale, bucket_class, render_trajectory
 from agentrl.trajectory import Trajectory, read_trajectories
@@ -88,13 +90,6 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}" if math.isfinite(v) else str(v)
     return escape(str(v))
-
-
-def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
-    """Cells are already HTML (escape before)."""
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _overview(run: RunData) -> str:
@@ -395,6 +390,7 @@ def render_report(
             ("overview", "Overview"),
             ("curves", "Curves"),
             ("criteria", "Criteria"),
+            ("research", "Research"),
             ("judge", "Judge"),
             ("tools", "Tools"),
             ("trajectories", "Trajectories"),
@@ -407,7 +403,8 @@ def render_report(
         f"<title>agentrl run report: {name}</title><style>{css}</style></head><body>"
         f"<header><h1>Run report: {name}</h1><p class='path'>{escape(str(run.path))} · generated {when}</p>"
         f"<nav>{toc}</nav></header><main>"
-        f"{_signal_notice(run)}{_overview(run)}{_curves(run)}{_criteria(run)}{_judge(run)}{_tools(run)}"
+        f"{_signal_notice(run)}{_overview(run)}{_curves(run)}{_criteria(run)}"
+        f"{research_section(run.research)}{_judge(run)}{_tools(run)}"
         f"{_browser(run, chosen, max_trajectories, source)}"
         f"</main><script>{js}</script></body></html>\n"
     )

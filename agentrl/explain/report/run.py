@@ -1,11 +1,11 @@
 """Read a training run directory for the report: metrics, warm-start losses, per-step statistics
-from the stored trajectories (criterion pass rates, judge calls and cost, tool calls) and a
-sample of trajectories to show.
+from the stored trajectories (criterion pass rates, judge calls and cost, tool calls), the research
+shares of its evaluations and first and last RL steps, and a sample of trajectories to show.
 
 A run directory is what ``agentrl train`` writes (its layout: ``agentrl.rundir``): ``metrics.jsonl``,
-``sft.jsonl``, ``summary.json``, ``trajectories/step_NNNNN.jsonl``, ``tokens/step_NNNNN.npz`` and
-``tokenizer/``. Only ``metrics.jsonl`` or ``trajectories/`` is required; everything else is shown
-when present.
+``sft.jsonl``, ``summary.json``, ``trajectories/step_NNNNN.jsonl``, ``eval/step_NNNNN.jsonl``,
+``tokens/step_NNNNN.npz`` and ``tokenizer/``. Only ``metrics.jsonl`` or ``trajectories/`` is
+required; everything else is shown when present.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError
+from agentrl.explain.report.research import ResearchRow, research_rows
 from agentrl.explain.report.rubrics import RubricTexts
 from agentrl.rundir import METRICS, TRAJECTORIES, RunDir
 from agentrl.trajectory import Trajectory, read_trajectories
@@ -102,6 +103,8 @@ class RunData:
     token_files: dict[int, Path]
     #: each trajectory's criterion texts, from the rubric that scored it
     rubrics: RubricTexts = field(default_factory=lambda: RubricTexts(Path(".")))
+    #: research or recall (``agentrl.eval.research``) of the evaluations and the first and last RL steps
+    research: list[ResearchRow] = field(default_factory=list)
 
     @property
     def steps(self) -> list[int]:
@@ -140,6 +143,7 @@ def load_run(run_dir: Path | str) -> RunData:
         trajectory_files=traj_files,
         token_files=run.token_files(),
         rubrics=rubrics,
+        research=research_rows(run),
     )
 
 
