@@ -27,6 +27,7 @@ __all__ = [
     "load_suite",
     "parse_date",
     "read_tasks",
+    "unload_suite",
 ]
 
 
@@ -223,6 +224,11 @@ def load_suite(name_or_path: str | Path) -> Suite:
     )
     _SUITES[key] = suite
     return suite
+
+
+def unload_suite(name_or_path: str | Path) -> None:
+    """Drop ``load_suite``'s cached copy of a suite (a temporary world that is about to be deleted)."""
+    _SUITES.pop(str(name_or_path), None)
 
 
 def read_corpus(path: Path) -> list[CorpusDoc]:

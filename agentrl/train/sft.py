@@ -30,7 +30,7 @@ from agentrl.trajectory import Trajectory
 if TYPE_CHECKING:
     from agentrl.rollout.episode import Limits
 
-__all__ = ["collect_oracle_trajectories", "sft_rows", "sft_step"]
+__all__ = ["collect_oracle_trajectories", "sft_rows", "sft_step", "sft_update"]
 
 
 def collect_oracle_trajectories(
@@ -102,8 +102,32 @@ def sft_step(
     grad_clip: float = 1.0,
     micro_batch_tokens: int | None = None,
 ) -> float:
-    """One optimiser step of −mean log p over the policy tokens of ``batch_size`` sampled trajectories
-    (every context segment of each is a row, ``sft_rows``).
+    """One optimiser step (``sft_update``) on ``batch_size`` trajectories drawn from ``trajectories``
+    with replacement by ``rng``."""
+    picked = [trajectories[rng.randrange(len(trajectories))] for _ in range(batch_size)]
+    return sft_update(
+        model,
+        optimizer,
+        expander,
+        picked,
+        pad_id=pad_id,
+        grad_clip=grad_clip,
+        micro_batch_tokens=micro_batch_tokens,
+    )
+
+
+def sft_update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    expander: Expander,
+    picked: Sequence[Trajectory],
+    *,
+    pad_id: int,
+    grad_clip: float = 1.0,
+    micro_batch_tokens: int | None = None,
+) -> float:
+    """One optimiser step of −mean log p over the policy tokens of the trajectories ``picked`` (every
+    context segment of each is a row, ``sft_rows``); returns the loss.
 
     ``micro_batch_tokens``: the forward and backward passes run on micro-batches of at most that
     many (padded) tokens, their gradients summed, each micro-batch's loss divided by the policy
@@ -112,7 +136,6 @@ def sft_step(
     multi-turn rows tens of GB). A batch within the budget, or None: one pass."""
     model.train()
     device = next(model.parameters()).device
-    picked = [trajectories[rng.randrange(len(trajectories))] for _ in range(batch_size)]
     rows = sft_rows(expander, picked)
     batch = {k: v.to(device) for k, v in collate(rows, pad_token_id=pad_id).items()}
     if micro_batch_tokens is None or batch["input_ids"].numel() <= micro_batch_tokens:

@@ -18,7 +18,7 @@ import os
 import random
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,8 @@ def build(
     llm_criteria: bool = False,
     long_horizon: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    names: str = "sandbox",
+    exclude: Collection[str] = (),
 ) -> dict[str, Any]:
     """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind, family and split).
 
@@ -72,7 +74,9 @@ def build(
     stay as they were (as does every other page: the corpus without them is a prefix of the corpus
     with them).
     ``companies`` is at most ``MAX_COMPANIES`` (``ConfigError`` otherwise, before any work);
-    ``progress(done, total)`` is called after each company is rendered. ``out_dir`` is created only
+    ``progress(done, total)`` is called after each company is rendered. ``names``: how company names
+    are drawn and ``exclude`` the stems never drawn (``agentrl.env.sandbox.world.make_world``;
+    ``syllables`` never names a company any ``sandbox`` build has). ``out_dir`` is created only
     when the files are written, so a build stopped while it generates leaves nothing behind.
     """
     from agentrl.env.sandbox.correction import make_corrections
@@ -91,7 +95,7 @@ def build(
             f"company names; {MAX_COMPANIES} companies are already {MAX_COMPANIES * 115:,} pages)"
         )
     out = Path(out_dir)
-    world = make_world(seed, companies + heldout)
+    world = make_world(seed, companies + heldout, names, exclude)
     page_rng, task_rng = random.Random(seed * 7919 + 1), random.Random(seed * 104729 + 2)
     pages: list[dict[str, Any]] = []
     tasks: list[dict[str, Any]] = []

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
-__all__ = ["YEARS", "Company", "Quarter", "make_world", "money", "poss"]
+__all__ = ["NAME_SCHEMES", "YEARS", "Company", "Quarter", "make_world", "money", "poss", "sandbox_stems"]
 
 YEARS = (2021, 2022, 2023, 2024, 2025)
 
@@ -64,6 +65,33 @@ _SUFFIX = [
     "line",
     "forge",
 ]
+# The ``syllables`` name scheme: stems of 2-3 random syllables, a space of millions that shares no stem
+# with the sandbox's 5,040 (``sandbox_stems``), for worlds that must never name a sandbox company
+# (the research base's pretraining worlds, ``agentrl.learn.bases``).
+_ONSETS = ["b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "qu", "r", "s", "t", "v", "w", "z",
+           "br", "cr", "dr", "gl", "pl", "st", "tr", "th", "sh"]  # fmt: skip
+_VOWELS = ["a", "e", "i", "o", "u", "a", "e", "o", "ai", "io", "y"]
+_CODAS = ["", "", "", "", "", "n", "r", "l", "x", "s", "m", "k", "nd"]
+
+#: How a world's company names are drawn: the sandbox's pieces, or random syllables.
+NAME_SCHEMES = ("sandbox", "syllables")
+
+
+def sandbox_stems() -> frozenset[str]:
+    """Every stem the ``sandbox`` scheme can draw (prefix + middle + suffix: 5,040)."""
+    return frozenset(p + m + s for p in _PREFIX for m in _MIDDLE for s in _SUFFIX)
+
+
+def _sandbox_stem(rng: random.Random) -> str:
+    return rng.choice(_PREFIX) + rng.choice(_MIDDLE) + rng.choice(_SUFFIX)
+
+
+def _syllable_stem(rng: random.Random) -> str:
+    n = rng.choice((2, 2, 3))
+    stem = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(n))
+    return stem[:1].upper() + stem[1:]
+
+
 _FORMS = ["Systems", "Holdings", "Technologies", "Group", "Industries", "Labs", "Networks", "Corp"]
 _SEGMENTS = [
     "Cloud",
@@ -172,10 +200,20 @@ def _quarter_end(year: int, q: int) -> dt.date:
     }[q]
 
 
-def make_world(seed: int, companies: int) -> list[Company]:
-    """``companies`` fictional companies with figures for every quarter of ``YEARS``."""
+def make_world(
+    seed: int, companies: int, names: str = "sandbox", exclude: Collection[str] = ()
+) -> list[Company]:
+    """``companies`` fictional companies with figures for every quarter of ``YEARS``.
+
+    ``names``: ``sandbox`` (the stems every sandbox build uses) or ``syllables`` (random stems, never
+    one of ``sandbox_stems``, at least 5 letters so a ticker and a slug are as in the sandbox).
+    ``exclude``: stems never drawn (the companies of other worlds: the research base's pretraining
+    worlds exclude every example's); with none excluded, a world is as it always was."""
+    if names not in NAME_SCHEMES:
+        raise ValueError(f"names: expected one of {', '.join(NAME_SCHEMES)}, not {names!r}")
     rng = random.Random(seed)
-    names: set[str] = set()
+    forbidden = (sandbox_stems() if names == "syllables" else frozenset()) | frozenset(exclude)
+    taken: set[str] = set()
     out = []
     first = [
         "Ada",
@@ -218,11 +256,11 @@ def make_world(seed: int, companies: int) -> list[Company]:
         "Pryce",
     ]
     while len(out) < companies:
-        stem = rng.choice(_PREFIX) + rng.choice(_MIDDLE) + rng.choice(_SUFFIX)
+        stem = _sandbox_stem(rng) if names == "sandbox" else _syllable_stem(rng)
         name = f"{stem} {rng.choice(_FORMS)}"
-        if stem in names:
+        if stem in taken or stem in forbidden or len(stem) < 5:
             continue
-        names.add(stem)
+        taken.add(stem)
         slug = stem.lower()
         ticker = (stem[:3] + stem[-1]).upper()
         comp = Company(
