@@ -1,0 +1,91 @@
+"""The research base's recipe (``agentrl.train.research_base``): the env it learns in is the
+quickstart suite's, its worlds name no company of any example world, its first steps are the ones
+it made, and what it saves reads back as it was trained (weights and tokenizer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.env.sandbox.world import make_world
+from agentrl.errors import ConfigError
+from agentrl.train.research_base import ENV, Recipe, example_stems, export_llama, pretrain, save_base
+from agentrl.yamlload import load_yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The first three losses of the recipe's run of 2026-11-29 (2 threads, AVX-512, the card of the
+#: second attempt in BENCHMARKS.md): the script in the repository is the one that made them.
+FIRST_LOSSES = [7.652829, 7.584761, 7.482018]
+
+
+def test_the_env_is_the_quickstart_suites():
+    text = (ROOT / "examples" / "quickstart-env" / "env.yaml").read_text(encoding="utf-8")
+    assert load_yaml(text, "env.yaml", error=ConfigError)[0] == ENV
+
+
+def test_every_example_world_is_one_the_base_excludes():
+    # each sandbox.yaml the repository ships builds a world whose companies are among example_stems,
+    # so adding an example with another seed or more companies fails here until EXAMPLE_WORLDS has it
+    excluded = example_stems()
+    specs = sorted([*ROOT.glob("examples/**/sandbox.yaml"), *ROOT.glob("envs/**/sandbox.yaml")])
+    assert len(specs) >= 3
+    for spec in specs:
+        data = load_yaml(spec.read_text(encoding="utf-8"), str(spec), error=ConfigError)[0]
+        n = int(data.get("companies", 50)) + int(data.get("heldout_companies", 0))
+        stems = {c.name.split()[0] for c in make_world(int(data.get("seed", 0)), n)}
+        assert stems <= excluded, (spec, sorted(stems - excluded))
+
+
+def test_the_worlds_name_no_example_company(monkeypatch):
+    import agentrl.train.research_base as rb
+
+    asked = []
+    monkeypatch.setattr(rb, "world_episodes", lambda *a, **k: asked.append((a, k)) or [])
+    rb.Worlds(Recipe()).episodes(7)
+    ((args, kwargs),) = asked
+    assert args[4] == "sandbox" and args[5] == example_stems() and not kwargs
+    # and a world drawn so shares no stem with them, over thousands of companies
+    stems = {c.name.split()[0] for c in make_world(7, 2000, "sandbox", example_stems())}
+    assert len(stems) == 2000 and not stems & example_stems()
+
+
+@pytest.mark.slow
+def test_the_first_steps_are_the_recorded_ones():
+    threads = torch.get_num_threads()
+    try:
+        card = pretrain(Recipe(), None, threads=2, stop_after=3, log=lambda _: None)
+    finally:
+        torch.set_num_threads(threads)
+    # the same worlds, tokenizer, initial weights and batches; kernels (AVX2 or AVX-512) change
+    # float sums in the last digits only
+    assert card["first_losses"] == pytest.approx(FIRST_LOSSES, rel=2e-3)
+
+
+def test_what_is_saved_reads_back_as_trained(tmp_path):
+    # saved as Qwen2, AutoTokenizer built Qwen2's own tokenizer class, which swaps in its own
+    # pre-tokenizer (digits one by one): the model then read "2024" as four tokens it never trained
+    # on. export_llama keeps the function; the tokenizer reads back as trained.
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl.learn.models import build_tiny_model
+    from agentrl.train.tokenizer import train_chat_tokenizer
+
+    text = "Total revenue for Q3 2021 was $19.2 billion \\cite{https://ir.galandyne.example/news/2021-q3-results}."
+    tokenizer = train_chat_tokenizer([text, "Net income for Q4 2024 was $3.1 billion."] * 20, 300)
+    model = build_tiny_model(len(tokenizer), "tiny:layers=1,hidden=32,heads=2,kv_heads=1", seed=3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_()  # Qwen2's q/k/v biases must survive the export
+    card = save_base(model, tokenizer, {"recipe": {"max_len": 512, "seed": 0}}, tmp_path)
+    loaded, read = AutoModelForCausalLM.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path)
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, model.eval()(ids).logits, atol=1e-5)
+    trained = Tokenizer.from_file(str(tmp_path / "tokenizer.json")).encode(text).ids
+    assert read(text, add_special_tokens=False)["input_ids"] == trained == ids[0].tolist()
+    assert 0 <= card["heldout_copy_accuracy"] <= 1 and len(card["sha256"]["model.safetensors"]) == 64
+    assert export_llama(model).config.model_type == "llama"
