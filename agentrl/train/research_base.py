@@ -48,6 +48,7 @@ __all__ = [
     "Recipe",
     "Worlds",
     "copy_accuracy",
+    "cpu_name",
     "export_llama",
     "pretrain",
     "save_base",
@@ -246,7 +247,7 @@ def pretrain(
     if stop_after is not None:
         return card
     card["wall_s"] = round(time.perf_counter() - t0, 1)
-    card["cpu"] = _cpu_name()
+    card["cpu"] = cpu_name()
     card["torch"] = torch.__version__
     card["kernels"] = torch.backends.cpu.get_cpu_capability()
     if out is not None:
@@ -319,7 +320,9 @@ def _lr_factor(r: Recipe, step: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` says: what a card or a
+    benchmark records beside a time."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -35,13 +35,14 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from agentrl.train.research_base import cpu_name
 
 KERNELS: dict[str, dict[str, str]] = {
     "default": {},
@@ -54,17 +55,6 @@ BAR = {"gain": 0.10, "after": 0.40, "seconds": 600.0}
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
          2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
          2.052, 2.048, 2.045, 2.042]  # fmt: skip
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def kernel_env(kernel: str) -> dict[str, str]:
