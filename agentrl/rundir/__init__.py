@@ -62,6 +62,7 @@ from agentrl.rundir.atomic import write_json
 from agentrl.rundir.checkpoints import (
     checkpoint_damage,
     checkpoint_state_file,
+    file_digest,
     load_error,
     write_checkpoint_manifest,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "checkpoint_damage",
     "checkpoint_order",
     "checkpoint_state_file",
+    "file_digest",
     "in_layout",
     "load_error",
     "mend_jsonl_tail",

@@ -52,7 +52,7 @@ def checkpoint_state_file(path: str | Path) -> Path | None:
     return None
 
 
-def _digest(path: Path) -> tuple[int, str]:
+def file_digest(path: Path) -> tuple[int, str]:
     """(size, sha256) of the file at ``path``, read a block at a time."""
     h, size = hashlib.sha256(), 0
     with open(path, "rb") as f:
@@ -69,7 +69,7 @@ def write_checkpoint_manifest(directory: Path) -> Path:
     files: dict[str, dict[str, Any]] = {}
     for p in sorted(directory.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
-            size, sha = _digest(p)
+            size, sha = file_digest(p)
             files[p.relative_to(directory).as_posix()] = {"size": size, "sha256": sha}
     return write_json(directory / MANIFEST, {"files": files})
 
@@ -96,7 +96,7 @@ def checkpoint_damage(directory: Path) -> str | None:
             return f"{p}: missing (the manifest lists it)"
         if (found := p.stat().st_size) != size:
             return f"{p}: {found} bytes, where {size} were written"
-        if _digest(p)[1] != sha:
+        if file_digest(p)[1] != sha:
             return f"{p}: its sha256 is not the one recorded when it was written"
     return None
 

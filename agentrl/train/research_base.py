@@ -26,7 +26,6 @@ come from ``seed``; the test suite runs the first steps and compares them with t
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import platform
@@ -34,12 +33,14 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from agentrl.learn.models import build_tiny_model
+from agentrl.rundir import file_digest
 from agentrl.tokens import collate
 from agentrl.trajectory import Trajectory
 
@@ -68,29 +69,29 @@ ENV: dict[str, Any] = {
 }
 
 
+@dataclass
 class Recipe:
     """The recipe's settings (``card.json`` records every one)."""
 
-    def __init__(self, **kw: Any) -> None:
-        self.seed: int = kw.get("seed", 0)
-        self.worlds: int = kw.get("worlds", 300)
-        self.companies: int = kw.get("companies", 6)
-        self.names: str = kw.get("names", "sandbox")  # drawn from the sandbox's pieces, never an example's
-        self.noise: float = kw.get("noise", 0.5)
-        self.samples: int = kw.get("samples", 2)  # oracle episodes per task (each draws its noise)
-        self.model: str = kw.get("model", "tiny:layers=4,hidden=128,heads=4,kv_heads=2")
-        self.vocab: int = kw.get("vocab", 2048)
-        self.steps: int = kw.get("steps", 1200)
-        self.batch: int = kw.get("batch", 16)
-        self.batch_worlds: int = kw.get("batch_worlds", 4)  # worlds each step's batch is drawn from
-        self.tokenizer_worlds: int = kw.get("tokenizer_worlds", 8)  # the first worlds train the tokenizer
-        self.lr: float = kw.get("lr", 3e-3)
-        self.warmup: int = kw.get("warmup", 50)
-        self.max_len: int = kw.get("max_len", 1536)
-        self.micro_batch_tokens: int = kw.get("micro_batch_tokens", 16384)
+    seed: int = 0
+    worlds: int = 300
+    companies: int = 6
+    names: str = "sandbox"  # drawn from the sandbox's pieces, never an example's
+    noise: float = 0.5
+    samples: int = 2  # oracle episodes per task (each draws its noise)
+    model: str = "tiny:layers=4,hidden=128,heads=4,kv_heads=2"
+    vocab: int = 2048
+    steps: int = 1200
+    batch: int = 16
+    batch_worlds: int = 4  # worlds each step's batch is drawn from
+    tokenizer_worlds: int = 8  # the first worlds train the tokenizer
+    lr: float = 3e-3
+    warmup: int = 50
+    max_len: int = 1536
+    micro_batch_tokens: int = 16384
 
     def to_json(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return asdict(self)
 
 
 #: The worlds the repository's examples and suites build, as (seed, companies incl. held-out): the
@@ -184,14 +185,6 @@ def copy_accuracy(
         total += int(mask.sum())
     model.train()
     return hit / max(total, 1)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def pretrain(
@@ -307,7 +300,7 @@ def save_base(model: torch.nn.Module, tokenizer: Any, card: dict[str, Any], out:
     card["heldout_copy_accuracy"] = round(copy_accuracy(model, expander, heldout, tokenizer.pad_token_id), 4)
     other = world_episodes(seed * 100_000 + 99_999, 3, 0.0, 1, names="syllables")  # names of another kind
     card["syllable_copy_accuracy"] = round(copy_accuracy(model, expander, other, tokenizer.pad_token_id), 4)
-    card["sha256"] = {"model.safetensors": _sha256(out / "model.safetensors")}
+    card["sha256"] = {"model.safetensors": file_digest(out / "model.safetensors")[1]}
     (out / "card.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return card
 
