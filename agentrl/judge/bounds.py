@@ -6,6 +6,10 @@ Regex graders therefore run on the third-party ``regex`` engine (already a depen
 transformers), whose ``search`` takes a ``timeout``; Python's ``re`` has none. Linear-time engines
 (RE2) were not chosen because they drop lookarounds, which shipped rubrics use.
 
+The budget counts matching only: compiling a rubric's pattern is the rubric's cost (bounded by the
+pattern's length, and cached), so a report's verdicts do not depend on whether its patterns were
+compiled before, or on a busy machine's compile times (an oracle once lost a criterion that way).
+
 When a grader cannot decide (its match ran out of the report's time budget, or the report is
 longer than ``MAX_REPORT_CHARS``), the criterion gets its *worst* verdict for the report: a
 positive criterion is ``Not Satisfied``, a negative one (a flaw) is ``Fully Satisfied``, with the
@@ -23,10 +27,10 @@ import regex
 __all__ = [
     "MAX_REPORT_CHARS",
     "REPORT_TIME_LIMIT_S",
+    "Budget",
     "Undecided",
     "bounded_search",
     "compile_pattern",
-    "deadline",
     "worst_verdict",
 ]
 
@@ -40,9 +44,11 @@ class Undecided(Exception):
     """A grader could not decide within its bounds; ``str(e)`` says why."""
 
 
-def deadline(limit_s: float | None = None) -> float:
-    """The ``time.monotonic()`` instant by which one report's deterministic grading must end."""
-    return time.monotonic() + (REPORT_TIME_LIMIT_S if limit_s is None else limit_s)
+class Budget:
+    """Seconds of regex matching one report may still use, shared by its criteria."""
+
+    def __init__(self, limit_s: float | None = None) -> None:
+        self.left = REPORT_TIME_LIMIT_S if limit_s is None else float(limit_s)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -54,18 +60,21 @@ def compile_pattern(pattern: str, ignore_case: bool) -> regex.Pattern[str]:
     return regex.compile(pattern, regex.VERSION0 | (regex.IGNORECASE if ignore_case else 0))
 
 
-def bounded_search(pattern: str, ignore_case: bool, text: str, until: float) -> bool:
-    """Whether ``pattern`` matches somewhere in ``text``, decided before the instant ``until``.
-
-    Raises ``Undecided`` when the time left (``until - time.monotonic()``) runs out first.
+def bounded_search(pattern: str, ignore_case: bool, text: str, budget: Budget) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``, decided within ``budget.left`` seconds of
+    matching (compiling the pattern is not counted); the time the match took is taken from
+    ``budget``. Raises ``Undecided`` when the budget runs out first.
     """
-    left = until - time.monotonic()
-    if left <= 0:
+    compiled = compile_pattern(pattern, ignore_case)
+    if budget.left <= 0:
         raise Undecided("the report's regex time budget was already spent")
+    t0 = time.monotonic()
     try:
-        return compile_pattern(pattern, ignore_case).search(text, timeout=left) is not None
+        return compiled.search(text, timeout=budget.left) is not None
     except TimeoutError:
         raise Undecided(f"regex {pattern!r} ran out of the report's time budget") from None
+    finally:
+        budget.left -= time.monotonic() - t0
 
 
 def worst_verdict(kind: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from agentrl.errors import JudgeError
-from agentrl.judge.bounds import MAX_REPORT_CHARS, Undecided, bounded_search, deadline, worst_verdict
+from agentrl.judge.bounds import MAX_REPORT_CHARS, Budget, Undecided, bounded_search, worst_verdict
 from agentrl.judge.evidence import Evidence, evidence_holds
 from agentrl.judge.rubric import (
     EVIDENCE_GRADERS,
@@ -58,12 +58,12 @@ def _found(g: ContainsGrader, report: str) -> list[bool]:
     return [(s if g.case_sensitive else s.casefold()) in hay for s in items]
 
 
-def _holds(criterion: Criterion, report: str, until: float, evidence: Evidence | None = None) -> bool:
+def _holds(criterion: Criterion, report: str, budget: Budget, evidence: Evidence | None = None) -> bool:
     g = criterion.grader
     if g.type in EVIDENCE_GRADERS:  # what the agent did: agentrl.judge.evidence (linear-time patterns)
         return evidence_holds(g, report, evidence)  # type: ignore[arg-type]
     if isinstance(g, RegexGrader):  # the one grader whose time is not linear in the report
-        return bounded_search(g.pattern, g.ignore_case, report, until)
+        return bounded_search(g.pattern, g.ignore_case, report, budget)
     if isinstance(g, NotContainsGrader):  # before ContainsGrader: it is a subclass
         return not any(_found(g, report))
     if isinstance(g, ContainsGrader):
@@ -82,13 +82,13 @@ def grade_criterion(
     mapping: str,
     *,
     rubric_hash: str | None = None,
-    until: float | None = None,
+    budget: Budget | None = None,
     evidence: Evidence | None = None,
 ) -> CriterionScore:
     """Grade one deterministic criterion: ``Fully Satisfied`` if its condition holds, else ``Not Satisfied``.
 
-    ``until`` is the ``time.monotonic()`` deadline of the report's grading (``bounds.deadline()``,
-    shared by its criteria; default: a fresh one). A criterion the graders cannot decide (time
+    ``budget`` is the report's regex matching time (``bounds.Budget``, shared by its criteria;
+    default: a fresh one). A criterion the graders cannot decide (time
     out, or a report over ``MAX_REPORT_CHARS``) gets its worst verdict, the reason in ``reasoning``.
     ``evidence`` (``agentrl.judge.evidence.evidence_of(trajectory)``) is what evidence graders read;
     without it the agent opened nothing.
@@ -99,7 +99,7 @@ def grade_criterion(
             raise Undecided(
                 f"the report has {len(report)} characters; graders read at most {MAX_REPORT_CHARS}"
             )
-        holds = _holds(criterion, report, deadline() if until is None else until, evidence)
+        holds = _holds(criterion, report, Budget() if budget is None else budget, evidence)
         verdict = "Fully Satisfied" if holds else "Not Satisfied"
     except Undecided as e:
         verdict = worst_verdict(criterion.kind)
@@ -135,11 +135,11 @@ def score_deterministic(
     llm = [c.id for c in rubric.criteria if c.is_llm]
     if llm:
         raise JudgeError(f"rubric {rubric.id!r} needs the LLM judge for criteria {', '.join(llm)}")
-    h, until = rubric.content_hash, deadline(time_limit_s)
+    h, budget = rubric.content_hash, Budget(time_limit_s)
     return breakdown(
         rubric,
         [
-            grade_criterion(c, report, rubric.mapping, rubric_hash=h, until=until, evidence=evidence)
+            grade_criterion(c, report, rubric.mapping, rubric_hash=h, budget=budget, evidence=evidence)
             for c in rubric.criteria
         ],
     )

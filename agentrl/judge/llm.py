@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentrl.errors import ConfigError, MissingSetting
-from agentrl.judge.bounds import deadline
+from agentrl.judge.bounds import Budget
 from agentrl.judge.cache import VerdictCache, cache_key
 from agentrl.judge.client import CallFailed, CallPool, complete
 from agentrl.judge.config import JUDGE_MODEL, JudgeConfig
@@ -225,11 +225,16 @@ class Judge:
             source_tools=cfg.source_tools,
             max_source_chars=cfg.max_source_chars,
         )
-        until = deadline()  # one time budget for the report's deterministic criteria
+        budget = Budget()  # one time budget for the report's deterministic criteria
         evidence = evidence_of(trajectory) if rubric.uses_evidence else None
         graded = [
             grade_criterion(
-                c, inp.report, rubric.mapping, rubric_hash=rubric.content_hash, until=until, evidence=evidence
+                c,
+                inp.report,
+                rubric.mapping,
+                rubric_hash=rubric.content_hash,
+                budget=budget,
+                evidence=evidence,
             )
             for c in rubric.criteria
             if not c.is_llm

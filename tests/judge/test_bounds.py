@@ -90,6 +90,27 @@ def test_time_budget_is_shared_by_the_report_criteria():
     assert wall < 6 * 0.2  # one budget for the report, not one per criterion
 
 
+def test_compiling_a_pattern_is_not_counted_in_the_report_budget(monkeypatch):
+    """A busy machine's compile times must not change a verdict: each compile here takes longer than
+    the whole budget, and every criterion is still decided (matching takes microseconds)."""
+    from agentrl.judge import bounds
+
+    real = bounds.compile_pattern
+
+    def slow(pattern: str, ignore_case: bool):  # type: ignore[no-untyped-def]
+        time.sleep(0.15)
+        return real(pattern, ignore_case)
+
+    monkeypatch.setattr(bounds, "compile_pattern", slow)
+    crits = [
+        {"id": f"c{i}", "text": "t", "weight": 1.0, "grader": {"type": "regex", "pattern": p}}
+        for i, p in enumerate(["a+b", "^a", "b$", "q"])
+    ]
+    r = score_deterministic(parse_rubric({"id": "compile", "criteria": crits}), HOSTILE, time_limit_s=0.1)
+    assert [c.verdict for c in r.criteria] == ["Fully Satisfied"] * 3 + ["Not Satisfied"]
+    assert not any(c.reasoning for c in r.criteria)
+
+
 def test_llm_judge_path_grades_undecided_criteria_the_same_way(monkeypatch):
     monkeypatch.setattr("agentrl.judge.bounds.REPORT_TIME_LIMIT_S", 0.2)  # the default budget, shorter
     rubric = parse_rubric(catastrophic_rubric())
