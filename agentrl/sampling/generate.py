@@ -1,10 +1,13 @@
 """Batched sampling from a transformers causal LM, recording exactly what was sampled (TITO).
 
 A small explicit loop instead of ``model.generate``: prompts are left-padded into one batch, the
-KV cache advances one token per step, and every row samples with its own ``torch.Generator``
-(Gumbel-max over the processed log-probabilities), so a row's tokens depend only on its seed and
-its prompt, never on which other rows share the batch. Each row stops at its first stop token
-(kept, as sampled) or at ``max_new_tokens``.
+KV cache (allocated once per call: ``agentrl.sampling.decode_cache``) advances one token per step,
+and every row samples by Gumbel-max over the processed log-probabilities with noise hashed from its
+seed, the position and the token id on the model's device (``agentrl.sampling.draws``), so a row's
+tokens depend only on its seed and its prompt, never on which other rows share the batch. Each row
+stops at its first stop token (kept, as sampled) or at ``max_new_tokens``; what the rows sampled
+stays on the device until the call ends, stops are checked every token on a CPU and every 8 on an
+accelerator, and finished rows leave the batch when that saves work (``_Batch``).
 
 ``hf_generate_batch(model, ...)`` is this sampler as the episode loop's lock-step batched generate
 function (``agentrl.rollout.episode``): one ``sample_batch`` call per turn for every live episode,
@@ -27,8 +30,9 @@ from torch import nn
 
 from agentrl.learn.models import autocast
 from agentrl.rollout.episode import BatchGenerateFn, Generation, Request, trim
+from agentrl.sampling.decode_cache import preallocate
+from agentrl.sampling.draws import gumbel, row_keys, token_keys
 from agentrl.sampling.kv_cache import (
-    KV,
     EpisodeKVCache,
     PrefillStats,
     cache_kwarg,
@@ -171,40 +175,37 @@ def _prefill(model, prompts, cached, pad_id, device):  # type: ignore[no-untyped
 
 def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature, top_p, cache, keys):  # type: ignore[no-untyped-def]
     device = next(model.parameters()).device
-    B = len(prompts)
-    gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    B, T = len(prompts), max_new_tokens
     was_training = model.training
     model.eval()
     cached = (
         [(0, None)] * B if cache is None else [cache.take(k, p) for k, p in zip(keys, prompts, strict=True)]
     )
-    past, logits, attn, next_pos, prefilled = _prefill(model, prompts, cached, pad_id, device)
-    prefill_mask = attn
-    tokens: list[list[int]] = [[] for _ in range(B)]
-    lps: list[list[float]] = [[] for _ in range(B)]
-    done = [False] * B
+    past, logits, prefill_mask, next_pos, prefilled = _prefill(model, prompts, cached, pad_id, device)
+    W = prefill_mask.shape[1]
+    run = _Batch(B, T, W, device, seeds, prefill_mask, preallocate(past, T))
+    stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+    kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
     cache_arg = cache_kwarg(model)
-    for _ in range(max_new_tokens):
+    for t in range(T):
         logp = _process(logits, temperature, top_p)
-        V = logp.shape[-1]
-        # Gumbel-max with per-row generators: argmax(logp + G) samples from softmax(logp).
-        u = torch.stack([torch.rand(V, generator=g) for g in gens]).clamp_(1e-12, 1 - 1e-7).to(device)
-        choice = (logp - torch.log(-torch.log(u))).argmax(-1)
-        picked = logp.gather(-1, choice[:, None]).squeeze(-1).tolist()
-        chosen = choice.tolist()
-        for i in range(B):
-            if done[i]:
-                continue
-            tokens[i].append(chosen[i])
-            lps[i].append(picked[i])
-            done[i] = chosen[i] in stop_ids
-        if all(done):
+        if run.ids_keys is None:
+            run.ids_keys = token_keys(logp.shape[-1], device)
+        choice = (logp + gumbel(run.keys, t, run.ids_keys)).argmax(-1)  # Gumbel-max: a draw from logp
+        run.record(t, choice, logp.gather(-1, choice[:, None]).squeeze(-1), stops)
+        if t == T - 1 or (run.due(t) and not run.any_live()):
             break
-        step_ids = torch.tensor([pad_id if d and not t else t[-1] for d, t in zip(done, tokens, strict=True)])
-        attn = torch.cat([attn, torch.ones(B, 1, dtype=attn.dtype, device=device)], dim=1)
+        if run.due(t):
+            drop = run.finished_rows(T - t - 1)
+            if drop:
+                if cache is not None:
+                    kept.update(_rows_kv(past, run, drop, prefill_mask))
+                keep = run.drop(drop)
+                past.batch_select_indices(keep)
+                logits, choice, next_pos = logits[keep], choice[keep], next_pos[keep]
         out = model(
-            input_ids=step_ids[:, None].to(device),
-            attention_mask=attn,
+            input_ids=torch.where(run.live, choice, pad_id)[:, None],
+            attention_mask=run.mask[:, : W + t + 1],
             position_ids=next_pos[:, None],
             use_cache=True,
             **{cache_arg: past},
@@ -212,22 +213,96 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
         past, logits = returned_cache(out), out.logits[:, -1]
         next_pos = next_pos + 1
     model.train(was_training)
+    tokens, lps = run.result()
     if cache is not None:
-        _keep(cache, keys, prompts, tokens, full_attention_kv(past), prefill_mask)
+        kept.update(_rows_kv(past, run, list(range(len(run.rows))), prefill_mask))
+        _keep(cache, keys, prompts, tokens, kept)
     return [Sample(t, lp, n) for t, lp, n in zip(tokens, lps, prefilled, strict=True)]
 
 
-def _keep(cache: EpisodeKVCache, keys, prompts, tokens, kv: KV | None, prefill_mask: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
-    """Keep each row's keys and values of its prompt (its unmasked prefill columns) and of the
-    sampled ids fed back after them (all but the last sampled: it was never an input while the row
-    was live). None for ``kv``: the model's cache is not full attention, nothing is kept."""
-    cache.retain(keys)  # episodes absent from this call have ended
+class _Batch:
+    """The rows a sampling call still decodes: their draws, attention mask and positions in the
+    call's outputs, and what each row sampled so far (on the model's device: read back once at the
+    end). ``rows[j]`` is the call's row at batch index ``j``; finished rows leave the batch when
+    that saves more decoding than it costs (``finished_rows``); with a cache that cannot drop rows,
+    they stay and are masked."""
+
+    def __init__(self, B, T, W, device, seeds, prefill_mask, can_drop):  # type: ignore[no-untyped-def]
+        self.rows = list(range(B))
+        self.keys = row_keys(seeds, device)  # the rows' noise (agentrl.sampling.draws)
+        self.ids_keys: torch.Tensor | None = None
+        self.mask = torch.cat([prefill_mask, prefill_mask.new_ones(B, T)], dim=1)
+        self.live = torch.ones(B, dtype=torch.bool, device=device)
+        self.ids = torch.full((B, T), 0, dtype=torch.long, device=device)
+        self.lps = torch.zeros((B, T), dtype=torch.float32, device=device)
+        self.ends = torch.full((B,), T, dtype=torch.long, device=device)
+        self._index = torch.arange(B, device=device)
+        self.can_drop = can_drop
+        # On a CPU reading a flag costs nothing; on an accelerator it waits for the device: every 8 tokens.
+        self.every = 1 if device.type == "cpu" else 8
+
+    def record(self, t: int, choice: torch.Tensor, logp: torch.Tensor, stops: torch.Tensor) -> None:
+        self.ids[self._index, t] = choice
+        self.lps[self._index, t] = logp
+        if stops.numel():
+            hit = self.live & torch.isin(choice, stops)
+            self.ends[self._index] = torch.where(hit, t + 1, self.ends[self._index])
+            self.live = self.live & ~hit
+
+    def due(self, t: int) -> bool:
+        return (t + 1) % self.every == 0
+
+    def any_live(self) -> bool:
+        return bool(self.live.any())
+
+    def finished_rows(self, steps_left: int) -> list[int]:
+        """Batch indices of finished rows, when dropping them saves at least a decode step's work
+        (the rows' remaining steps against the copy of the batch's cache that dropping them costs)."""
+        if not self.can_drop:
+            return []
+        done = (~self.live).nonzero()[:, 0].tolist()
+        return done if done and len(done) * steps_left >= len(self.rows) else []
+
+    def drop(self, drop: list[int]) -> torch.Tensor:
+        gone = set(drop)
+        keep = [j for j in range(len(self.rows)) if j not in gone]
+        index = torch.tensor(keep, dtype=torch.long, device=self.live.device)
+        self.rows = [self.rows[j] for j in keep]
+        self.keys, self.mask, self.live = self.keys[index], self.mask[index], self.live[index]
+        self._index = self._index[index]
+        return index
+
+    def result(self) -> tuple[list[list[int]], list[list[float]]]:
+        ends = self.ends.tolist()
+        ids, lps = self.ids.tolist(), self.lps.tolist()
+        return [r[:n] for r, n in zip(ids, ends, strict=True)], [
+            r[:n] for r, n in zip(lps, ends, strict=True)
+        ]
+
+
+def _rows_kv(past, run: _Batch, batch_rows: list[int], prefill_mask: torch.Tensor) -> dict[int, list]:  # type: ignore[no-untyped-def]
+    """For the call's rows at ``batch_rows``: the keys and values of the prompt (its unmasked prefill
+    columns) and of the sampled ids fed back after it (all but the last sampled: never an input
+    while the row was live), per layer. Empty for a cache that is not full attention."""
+    kv = full_attention_kv(past)
     if kv is None:
-        return
+        return {}
     width = prefill_mask.shape[1]
-    for i, (key, p, t) in enumerate(zip(keys, prompts, tokens, strict=True)):
-        fed = t[:-1]
+    ends = run.ends[run._index[batch_rows]].tolist() if batch_rows else []
+    out = {}
+    for j, n in zip(batch_rows, ends, strict=True):
+        i = run.rows[j]
         cols = torch.cat(
-            [prefill_mask[i].nonzero()[:, 0], torch.arange(width, width + len(fed), device=kv[0][0].device)]
+            [prefill_mask[i].nonzero()[:, 0], torch.arange(width, width + n - 1, device=prefill_mask.device)]
         )
-        cache.put(key, list(p) + fed, [(k[i : i + 1, :, cols], v[i : i + 1, :, cols]) for k, v in kv])
+        out[i] = [(k[j : j + 1, :, cols], v[j : j + 1, :, cols]) for k, v in kv]
+    return out
+
+
+def _keep(cache: EpisodeKVCache, keys, prompts, tokens, kept: dict[int, list]) -> None:  # type: ignore[no-untyped-def]
+    """Cache each row's prompt and fed ids with their keys and values (``_rows_kv``); nothing when
+    the model's cache is not full attention."""
+    cache.retain(keys)  # episodes absent from this call have ended
+    for i, (key, p, t) in enumerate(zip(keys, prompts, tokens, strict=True)):
+        if i in kept:
+            cache.put(key, list(p) + t[:-1], kept[i])

@@ -147,11 +147,15 @@ def returned_cache(out: Mapping[str, object]) -> object:
     return out["cache"] if "cache" in keys else out["past_key_values"]
 
 
+#: Full-attention layer types: transformers' own, and the sampler's preallocated one (``decode_cache``).
+_FULL = ("DynamicLayer", "PreallocatedLayer")
+
+
 def full_attention_kv(cache: object) -> KV | None:
     """The per-layer (keys, values) of a transformers cache whose layers are all full attention
     (``DynamicLayer``); None for any other kind of cache."""
     layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer).__name__ != "DynamicLayer" for layer in layers):
+    if not layers or any(type(layer).__name__ not in _FULL for layer in layers):
         return None
     return [(layer.keys, layer.values) for layer in layers]
 

@@ -23,7 +23,7 @@ def test_hf_lockstep_equals_each_episode_alone():
     stops = set(exp.stop_ids) | set(range(0, len(tok), 5))
     gen = hf_generate_batch(model, stop_ids=stops, pad_id=0, temperature=0.9)
     ts = tasks()
-    specs = [EpisodeSpec(f"{ts[k % 3].id}#{k}", ts[k % 3], 77 + k, {"sample": k}) for k in range(6)]
+    specs = [EpisodeSpec(f"{ts[k % 3].id}#{k}", ts[k % 3], 77 + k, {"sample": k}) for k in range(12)]
     limits = Limits(max_new_tokens=8, max_len=4096)
     batched = asyncio.run(
         run_episodes([ResearchEnv(ENV_CONFIG) for _ in specs], specs, generate_batch=gen, expander=exp,
