@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["gumbel", "row_keys", "token_keys"]
+__all__ = ["GumbelNoise", "gumbel", "row_keys", "token_keys"]
 
 _M32 = 0xFFFFFFFF
 
@@ -54,7 +54,33 @@ def gumbel(keys: torch.Tensor, t: int, ids: torch.Tensor) -> torch.Tensor:
     """Gumbel noise ``[B, V]`` (float32) for position ``t`` of rows with ``keys`` ``[B]`` over tokens
     with keys ``ids`` ``[V]`` (``token_keys``): ``-log(-log(u))`` with ``u = (h + 0.5) / 2**23``, ``h``
     the top 23 bits of a hash of (row key, t, token key), so ``u`` is never 0 or 1 in float32."""
-    step = _mix(keys ^ ((t * 0x9E3779B1 + 0x7F4A7C15) & _M32))  # [B]
-    h = _mix(step[:, None] ^ ids[None, :])
-    u = ((h >> 9).to(torch.float32) + 0.5) * (1.0 / 2**23)
-    return -torch.log(-torch.log(u))
+    return GumbelNoise(keys, ids)(t)
+
+
+class GumbelNoise:
+    """``gumbel`` for one sampling call, in buffers allocated once: each position's noise is written
+    in place (a fresh ``[B, V]`` tensor per elementwise step cost SmolLM2's 49k-id rows more than the
+    arithmetic). The tensor returned is overwritten by the next call. ``select(index)`` keeps the
+    rows at ``index`` (rows that finished left the batch)."""
+
+    def __init__(self, keys: torch.Tensor, ids: torch.Tensor) -> None:
+        self.keys, self.ids = keys, ids
+        shape = (keys.shape[0], ids.shape[0])
+        self._x = torch.empty(shape, dtype=torch.long, device=ids.device)
+        self._tmp = torch.empty(shape, dtype=torch.long, device=ids.device)
+        self._u = torch.empty(shape, dtype=torch.float32, device=ids.device)
+
+    def select(self, index: torch.Tensor) -> None:
+        self.keys = self.keys[index]
+
+    def __call__(self, t: int) -> torch.Tensor:
+        b = self.keys.shape[0]
+        x, tmp, u = self._x[:b], self._tmp[:b], self._u[:b]
+        step = _mix(self.keys ^ ((t * 0x9E3779B1 + 0x7F4A7C15) & _M32))  # [B]
+        torch.bitwise_xor(step[:, None], self.ids[None, :], out=x)
+        for shift, mul in ((16, 0x7FEB352D), (15, 0x31848BAB)):  # _mix, in place
+            x ^= torch.bitwise_right_shift(x, shift, out=tmp)
+            x.mul_(mul).bitwise_and_(_M32)
+        x ^= torch.bitwise_right_shift(x, 14, out=tmp)
+        u.copy_(x.bitwise_right_shift_(9)).add_(0.5).mul_(1.0 / 2**23)
+        return u.log_().neg_().log_().neg_()

@@ -31,7 +31,7 @@ from torch import nn
 from agentrl.learn.models import autocast
 from agentrl.rollout.episode import BatchGenerateFn, Generation, Request, trim
 from agentrl.sampling.decode_cache import preallocate
-from agentrl.sampling.draws import gumbel, row_keys, token_keys
+from agentrl.sampling.draws import GumbelNoise, row_keys, token_keys
 from agentrl.sampling.kv_cache import (
     EpisodeKVCache,
     PrefillStats,
@@ -56,7 +56,8 @@ class Sample:
 
 def _process(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """Log-probabilities of the sampling distribution: temperature, then nucleus truncation."""
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
+    logp = torch.log_softmax(scaled, dim=-1)
     if top_p < 1.0:
         sorted_lp, order = logp.sort(dim=-1, descending=True)
         cum = sorted_lp.exp().cumsum(-1)
@@ -189,9 +190,9 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
     cache_arg = cache_kwarg(model)
     for t in range(T):
         logp = _process(logits, temperature, top_p)
-        if run.ids_keys is None:
-            run.ids_keys = token_keys(logp.shape[-1], device)
-        choice = (logp + gumbel(run.keys, t, run.ids_keys)).argmax(-1)  # Gumbel-max: a draw from logp
+        if run.noise is None:
+            run.noise = GumbelNoise(run.keys, token_keys(logp.shape[-1], device))
+        choice = run.noise(t).add_(logp).argmax(-1)  # Gumbel-max: a draw from softmax(logp)
         run.record(t, choice, logp.gather(-1, choice[:, None]).squeeze(-1), stops)
         if t == T - 1 or (run.due(t) and not run.any_live()):
             break
@@ -230,7 +231,7 @@ class _Batch:
     def __init__(self, B, T, W, device, seeds, prefill_mask, can_drop):  # type: ignore[no-untyped-def]
         self.rows = list(range(B))
         self.keys = row_keys(seeds, device)  # the rows' noise (agentrl.sampling.draws)
-        self.ids_keys: torch.Tensor | None = None
+        self.noise: GumbelNoise | None = None
         self.mask = torch.cat([prefill_mask, prefill_mask.new_ones(B, T)], dim=1)
         self.live = torch.ones(B, dtype=torch.bool, device=device)
         self.ids = torch.full((B, T), 0, dtype=torch.long, device=device)
@@ -269,6 +270,8 @@ class _Batch:
         index = torch.tensor(keep, dtype=torch.long, device=self.live.device)
         self.rows = [self.rows[j] for j in keep]
         self.keys, self.mask, self.live = self.keys[index], self.mask[index], self.live[index]
+        if self.noise is not None:
+            self.noise.select(index)
         self._index = self._index[index]
         return index
 

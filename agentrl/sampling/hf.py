@@ -20,6 +20,7 @@ from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
 from agentrl.rollout.episode import EpisodeSpec, Limits, run_episodes
 from agentrl.sampling.generate import hf_generate_batch
 from agentrl.sampling.kv_cache import EpisodeKVCache, PrefillStats
+from agentrl.sampling.threads import intra_op_threads
 from agentrl.tokens import Expander, SamplingSpec
 from agentrl.trajectory import Trajectory
 
@@ -61,11 +62,20 @@ class HFEngine:
     """The trainer's model samples all of a step's episodes in lock-step."""
 
     def __init__(
-        self, model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, kv_cache_tokens: int = 0
+        self,
+        model: torch.nn.Module,
+        loop: EpisodeLoop,
+        *,
+        pad_id: int,
+        kv_cache_tokens: int = 0,
+        threads: int | None = None,
     ) -> None:
-        """``kv_cache_tokens``: the cap of the per-episode KV caches kept between turns (0: none)."""
+        """``kv_cache_tokens``: the cap of the per-episode KV caches kept between turns (0: none);
+        ``threads``: torch's intra-op threads while it samples (``agentrl.sampling.threads``; None:
+        the process's)."""
         self.model, self.loop, self.pad_id = model, loop, pad_id
         self.kv_cache_tokens = kv_cache_tokens
+        self.threads = threads
         self.prefill = PrefillStats()  # the last rollout's prompt and prefilled tokens per turn
         self.kv_cache: EpisodeKVCache | None = None  # the last rollout's cache (its counters)
 
@@ -73,7 +83,7 @@ class HFEngine:
         lp = self.loop
         self.prefill = PrefillStats()
         self.kv_cache = EpisodeKVCache(self.kv_cache_tokens) if self.kv_cache_tokens > 0 else None
-        with full_params(self.model):
+        with full_params(self.model), intra_op_threads(self.threads):
             gen = hf_generate_batch(
                 self.model,
                 stop_ids=lp.stop_ids,

@@ -19,6 +19,7 @@ from agentrl.rollout.batched import BatchedPolicy
 from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextConfig, ContextPolicy, context_policy
 from agentrl.rundir import RunDir
 from agentrl.sampling.hf import EpisodeLoop, HFEngine
+from agentrl.sampling.threads import sampling_threads
 from agentrl.tokens import SamplingSpec, read_sampling_spec, sampling_spec
 
 __all__ = ["DEFAULT_KV_CACHE_TOKENS", "DEFAULT_MAX_TOKENS", "load_hf_policy"]
@@ -72,7 +73,8 @@ def load_hf_policy(
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(spec.stop_ids)
     pool = cf.ThreadPoolExecutor(max_workers=env_threads, thread_name_prefix="agentrl-env")
     loop = EpisodeLoop(spec, spec.expander(tok), pool, context)
-    engine = HFEngine(model, loop, pad_id=pad, kv_cache_tokens=DEFAULT_KV_CACHE_TOKENS)
+    threads = sampling_threads(model, "auto")
+    engine = HFEngine(model, loop, pad_id=pad, kv_cache_tokens=DEFAULT_KV_CACHE_TOKENS, threads=threads)
     return BatchedPolicy(f"hf:{path}", engine.rollout, close=lambda: pool.shutdown(wait=False))
 
 

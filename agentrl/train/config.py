@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.errors import ConfigError
 from agentrl.eval.config import AuditConfig, EvalConfig
@@ -135,6 +135,13 @@ class RolloutConfig(_Strict):
         "or its process; each sets it: in one process torch's count is only partly per thread); "
         "null = as started (OMP_NUM_THREADS)",
     )
+    sampling_threads: int | Literal["auto"] = Field(
+        "auto",
+        description="engine hf, staleness 0 (and the rollouts of eval:): torch's intra-op threads while the "
+        "trainer's model samples on a CPU; auto = 1 for a model under 20M parameters outside its embeddings "
+        "(its decode ops are too small to split, and beside a busy process split ops wait for each other), "
+        "else the process's count (torch_threads); the update keeps the process's count; logged at the start",
+    )
     kv_cache: bool = Field(
         True,
         description="engine hf: keep each episode's KV cache between its turns, so a turn prefills only "
@@ -155,6 +162,13 @@ class RolloutConfig(_Strict):
         env.setdefault("suite", self.suite)
         env.setdefault("budgets", {}).setdefault("max_turns", self.max_turns)
         return env
+
+    @field_validator("sampling_threads")
+    @classmethod
+    def _threads(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("sampling_threads: a count of at least 1, or auto")
+        return v
 
 
 class TrainJudgeConfig(JudgeConfig):

@@ -12,6 +12,7 @@ import torch
 from agentrl.errors import ConfigError
 from agentrl.learn.models import is_sharded
 from agentrl.sampling.engines import EpisodeLoop, HFEngine, HFSnapshotEngine, RolloutEngine, VLLMRollout
+from agentrl.sampling.threads import sampling_threads
 from agentrl.train.config import TrainConfig
 
 __all__ = ["make_engine"]
@@ -31,7 +32,8 @@ def make_engine(
         )  # fmt: skip
     cache_tokens = cfg.rollout.kv_cache_tokens if cfg.rollout.kv_cache else 0
     if cfg.rollout.staleness == 0:
-        return HFEngine(model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens)
+        threads = sampling_threads(model, cfg.rollout.sampling_threads)
+        return HFEngine(model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens, threads=threads)
     if is_sharded(model):
         raise ConfigError(
             "rollout.staleness: 1 with engine hf keeps a whole copy of the policy; "

@@ -23,6 +23,7 @@ from agentrl.eval.during_training import Evaluation, audit_summary, eval_env_con
 from agentrl.rollout.context import context_policy
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.sampling.hf import EpisodeLoop, HFEngine
+from agentrl.sampling.threads import sampling_threads
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import all_gather_objects, is_main, world_size
 from agentrl.trajectory import Trajectory
@@ -85,7 +86,11 @@ def _engine_rollout(trainer: Trainer) -> Any:
 
         return vllm_rollout
     cache = r.kv_cache_tokens if r.kv_cache else 0
-    return HFEngine(trainer.model, replace(loop), pad_id=trainer.pad_id, kv_cache_tokens=cache).rollout
+    threads = sampling_threads(trainer.model, r.sampling_threads)
+    engine = HFEngine(
+        trainer.model, replace(loop), pad_id=trainer.pad_id, kv_cache_tokens=cache, threads=threads
+    )
+    return engine.rollout
 
 
 def make_evaluation(trainer: Trainer) -> Evaluation | None:

@@ -37,6 +37,7 @@ from agentrl.rollout.context import context_policy
 from agentrl.rundir import RunDir, write_json
 from agentrl.sampling.engines import EpisodeLoop, RolloutEngine
 from agentrl.sampling.overlap import OneStepOffPolicy, Presampled
+from agentrl.sampling.threads import describe as describe_threads
 from agentrl.tokens import sampling_spec
 from agentrl.train.build import build_models, load_tokenizer, tokenizer_source
 from agentrl.train.checkpointing import Checkpointing
@@ -186,6 +187,8 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
             cfg, self.model, loop, pad_id=self.pad_id, step=self.step, tokenizer=self.tokenizer,
             output_dir=self.out, env_config=self.env_config,
         )  # fmt: skip
+        if r.engine == "hf" and r.staleness == 0 and is_main():
+            self.report.note(describe_threads(self.model, r.sampling_threads))
         # rollout.staleness: 1 — step k+1 samples in the background while step k updates
         self.sampler: OneStepOffPolicy | None = None
         if r.staleness == 1:
