@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from agentrl.learn.models import autocast
 from agentrl.sampling.decode_cache import preallocate
 from agentrl.sampling.generate import _prefill, sample_batch
 from agentrl.sampling.kv_cache import cache_kwarg, returned_cache
@@ -83,7 +84,7 @@ def floor(model: torch.nn.Module, prompts: list[list[int]], new: int, device: st
     """Seconds for one prefill and ``new`` bare decode steps (a preallocated cache, a fixed token)."""
     _sync(device)
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), autocast(model):
         past, _, mask, pos, _ = _prefill(model, prompts, [(0, None)] * len(prompts), 0, device)
         preallocate(past, new)
         width = mask.shape[1]
@@ -104,7 +105,7 @@ def prefill(model: torch.nn.Module, prompts: list[list[int]], device: str) -> fl
     """Seconds of the prefill alone (what every way does first)."""
     _sync(device)
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), autocast(model):
         _prefill(model, prompts, [(0, None)] * len(prompts), 0, device)
     _sync(device)
     return time.perf_counter() - t0

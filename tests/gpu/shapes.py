@@ -107,6 +107,24 @@ def measure(device: torch.device) -> Iterator[Clock]:
         clock.peak_bytes = torch.cuda.max_memory_allocated(device)
 
 
+def rollout_prompts(vocab: int, rows: int, prompt: int, seed: int) -> list[list[int]]:
+    """``rollout``'s prompts: a row in four of ``prompt`` ids, the others ⅛, ¼ or ⅜ shorter."""
+    g = torch.Generator().manual_seed(seed)
+    lens = [prompt - (i % 4) * (prompt // 8) for i in range(rows)]
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
+
+
+def floor_seconds(model: torch.nn.Module, *, rows: int, prompt: int, new: int, seed: int = 0) -> float:
+    """Seconds of the sampling floor on ``rollout``'s prompts: one prefill and ``new`` - 1 bare decode
+    steps through a preallocated cache (``tests.bench.sampling.floor``), under the sampler's autocast."""
+    from agentrl.learn.models import autocast
+    from tests.bench.sampling import floor
+
+    device = next(model.parameters()).device
+    with autocast(model):
+        return floor(model, rollout_prompts(model.config.vocab_size, rows, prompt, seed), new, str(device))
+
+
 def rollout(
     model: torch.nn.Module, *, rows: int, prompt: int, new: int, seed: int = 0
 ) -> tuple[dict[str, torch.Tensor], Clock]:
@@ -119,10 +137,7 @@ def rollout(
     from agentrl.sampling.generate import sample_batch
 
     device = next(model.parameters()).device
-    vocab = model.config.vocab_size
-    g = torch.Generator().manual_seed(seed)
-    lens = [prompt - (i % 4) * (prompt // 8) for i in range(rows)]
-    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
+    prompts = rollout_prompts(model.config.vocab_size, rows, prompt, seed)
     with measure(device) as clock:
         samples = sample_batch(
             model, prompts, seeds=[seed * 1000 + i for i in range(rows)], stop_ids=set(), pad_id=0,

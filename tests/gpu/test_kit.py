@@ -60,7 +60,7 @@ def test_the_dry_run_measures_what_the_gpu_run_reports(dry):
         ("1.5B", "ppo"),
     }
     assert all(r["finite"] and r["weights_moved"] and r["update_tok_s"] > 0 for r in rows)
-    assert all(r["sample_tok_s"] > 0 for r in step.tables["sampling"])
+    assert all(r["sample_tok_s"] > 0 and r["floor_tok_s"] > 0 for r in step.tables["sampling"])
     assert "grad_ckpt_time_ratio" in step.figures
     gap = _section(report, "logprob_gap").tables["gap"]
     assert [r["dtype"] for r in gap] == ["auto", "bfloat16"]

@@ -17,7 +17,7 @@ import math
 import torch
 
 from tests.gpu.report import Recorder
-from tests.gpu.shapes import add_rewards, gib, measure, n_params, random_lm, rollout
+from tests.gpu.shapes import add_rewards, floor_seconds, gib, measure, n_params, random_lm, rollout
 
 TITLE = "GRPO and PPO steps at 0.5B and 1.5B shapes: memory, tokens/s, chunked head, checkpointing"
 BUDGET_S = 130.0
@@ -107,11 +107,13 @@ def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
                 model = random_lm(shape, dev)
             rollout(model, rows=rows, prompt=8, new=2, seed=99)  # warm-up: kernels, handles
             batch, sampled = rollout(model, rows=rows, prompt=prompt, new=new)
+            floor_s = floor_seconds(model, rows=rows, prompt=prompt, new=new)
             groups = add_rewards(batch, group)
             rec.row("sampling", {
                 "shape": name, "model": shape, "params_m": n_params(model) / 1e6, "weights_gib": _grown(built, dev),
                 "sample_s": sampled.seconds, "sample_tok_s": rows * new / sampled.seconds,
-                "sample_peak_gib": gib(sampled.peak_bytes),
+                "sample_peak_gib": gib(sampled.peak_bytes), "floor_tok_s": rows * new / floor_s,
+                "share_of_floor": floor_s / sampled.seconds,
             })  # fmt: skip
             for algo, chunk, ckpt in variants:
                 if ctx.left() < 15:
