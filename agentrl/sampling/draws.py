@@ -13,7 +13,8 @@ two best perturbed scores.
 
 The hash (three xorshift-multiply rounds on 32-bit words, in int64 arithmetic so that no
 operation overflows) gives the same bits on every device. This replaced per-row
-``torch.Generator`` draws: a seed's sampled ids changed once (run format 1.4; ``docs/run-format.md``).
+``torch.Generator`` draws: a seed's sampled ids changed once (``docs/training.md``, "Changes to what
+a run holds").
 """
 
 from __future__ import annotations

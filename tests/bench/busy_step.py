@@ -31,10 +31,10 @@ BUSY = (
 KEYS = ("timing_s/step", "timing_s/rollout", "timing_s/update")
 
 
-def run(out: Path, sets: list[str]) -> dict[str, float]:
+def run(out: Path, sets: list[str], steps: int = 8, sft_steps: int = 20) -> dict[str, float]:
     cmd = [
-        sys.executable, "-m", "agentrl", "train", "examples/quickstart.yaml", "--set", "steps=8",
-        "--set", "sft_steps=20", "--set", "eval.before_train=false", "--set", "eval.at_end=false",
+        sys.executable, "-m", "agentrl", "train", "examples/quickstart.yaml", "--set", f"steps={steps}",
+        "--set", f"sft_steps={sft_steps}", "--set", "eval.before_train=false", "--set", "eval.at_end=false",
         "--set", f"output_dir={out}", "--overwrite", "--no-progress",
     ]  # fmt: skip
     for s in sets:
@@ -43,7 +43,7 @@ def run(out: Path, sets: list[str]) -> dict[str, float]:
     if done.returncode != 0:
         sys.exit(f"training failed: {done.stderr.strip().splitlines()[-1:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    rows = [r for r in rows if r.get("step", 0) >= 3]
+    rows = [r for r in rows if r.get("step", 0) >= min(3, steps)]  # steps 1-2 warm up
     return {k: statistics.median(r[k] for r in rows) for k in KEYS}
 
 
@@ -52,14 +52,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--out", default="runs/bench-busy")
+    ap.add_argument("--steps", type=int, default=8, help="RL steps a run (the median is of steps 3 on)")
+    ap.add_argument("--sft-steps", type=int, default=20)
     args = ap.parse_args(argv)
     quiet: list[dict[str, float]] = []
     busy: list[dict[str, float]] = []
     for i in range(args.runs):
-        quiet.append(run(Path(args.out) / f"quiet{i}", args.set))
+        quiet.append(run(Path(args.out) / f"quiet{i}", args.set, args.steps, args.sft_steps))
         neighbour = subprocess.Popen([sys.executable, "-c", BUSY], env={**os.environ, "OMP_NUM_THREADS": "2"})
         try:
-            busy.append(run(Path(args.out) / f"busy{i}", args.set))
+            busy.append(run(Path(args.out) / f"busy{i}", args.set, args.steps, args.sft_steps))
         finally:
             neighbour.kill()
             neighbour.wait()

@@ -140,7 +140,10 @@ def load_baseline(ref: str) -> Any:
 
 def measure(shape: str, args: argparse.Namespace, baseline: Any) -> dict[str, Any]:
     model, vocab = build(shape, args.model if shape == "smollm2" else None, args.device)
-    s = SHAPES[shape]
+    s = {
+        **SHAPES[shape],
+        **{k: v for k, v in (("rows", args.rows), ("prompt", args.prompt), ("new", args.new)) if v},
+    }
     prompts = prompts_for(s["rows"], s["prompt"], vocab)
     ways = {"prefill": lambda: prefill(model, prompts, args.device),
             "floor": lambda: floor(model, prompts, s["new"], args.device),
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", help="a git revision whose sampler is measured in the same run")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--rows", type=int, help="override the shape's rows")
+    ap.add_argument("--prompt", type=int, help="override the shape's longest prompt (rows are 9 ids apart)")
+    ap.add_argument("--new", type=int, help="override the shape's new tokens")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

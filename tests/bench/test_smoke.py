@@ -554,3 +554,27 @@ def test_research_shares(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     ]
     assert all(r.endswith("(1.00) |") and r.count("(1.00)") == 3 for r in rows), rows  # the oracle researches
     assert research_shares.main([str(tmp_path / "none")]) == 1
+
+
+@smoke("sampling")
+def test_sampling(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import sampling
+
+    argv = ["--shape", "quickstart", "--rows", "4", "--prompt", "40", "--new", "6", "--repeats", "1"]
+    sampling.main([*argv, *(["--baseline", "HEAD"] if (ROOT / ".git").exists() else [])])
+    out = capsys.readouterr().out
+    ways = {line.split("|")[3].strip(): line for line in out.splitlines() if line.startswith("| quickstart")}
+    assert {"prefill", "floor", "sampler"} <= set(ways), out
+    assert numbers(ways["floor"])[-1] == 1.0  # the floor is its own share
+    assert numbers(ways["sampler"])[-1] > 0
+
+
+@smoke("busy_step")
+def test_busy_step(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from tests.bench import busy_step
+
+    busy_step.main(["--steps", "2", "--sft-steps", "1", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert lines(out, "| 0 | quiet") and lines(out, "| 0 | busy"), out
+    ratio = numbers(lines(out, "busy / quiet step:")[0])
+    assert len(ratio) == 1 and ratio[0] > 0

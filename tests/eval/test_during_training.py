@@ -232,7 +232,9 @@ def test_the_audit_catches_a_policy_hacking_the_training_judge(suite, tmp_path, 
     rows = _rows(tmp_path / "run")
     train = [r["audit/train_mean"] for r in rows]
     audit = [r["audit/audit_mean"] for r in rows]
-    assert train[-1] > train[0] + 0.3 and audit[-1] < audit[0] - 0.2, (train, audit)
+    # over steps 2-5 (the audit scores 8 sampled episodes a step: one step's mean moves by 0.125s)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert mean(train[1:]) > train[0] + 0.3 and mean(audit[1:]) < audit[0] - 0.2, (train, audit)
     fired = [r["step"] for r in rows if r.get("audit/divergence") == 1.0]
     assert fired and summary["audit"]["divergence"] and summary["audit"]["first_divergence_step"] == fired[0]
     err = capsys.readouterr().err

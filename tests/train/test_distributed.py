@@ -152,7 +152,10 @@ def test_two_processes_equal_one(request, tmp_path, algo):
     for key in ("actor/entropy", "actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl") + (
         ("critic/vf_loss", "critic/grad_norm") if algo == "ppo" else ()
     ):
-        assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-7), key
+        # abs 1e-6: pg_loss is a mean of O(1) terms that cancel to ~1e-7, summed in another order
+        # on two ranks (float32: a few 1e-7); the weights are compared above, and entropy, KL and
+        # the gradient norm are far from 0
+        assert m1[key] == pytest.approx(m2[key], rel=1e-4, abs=1e-6), key
 
     # FSDP: each rank wrote its own shards; gathered, they are the single-process weights.
     ckpt = tmp_path / "fsdp/checkpoints/step_00001"
@@ -171,7 +174,7 @@ def test_two_processes_equal_one(request, tmp_path, algo):
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy") + (
         ("critic/vf_loss", "critic/grad_norm") if algo == "ppo" else ()
     ):
-        assert m1[key] == pytest.approx(m3[key], rel=1e-4, abs=1e-7), key
+        assert m1[key] == pytest.approx(m3[key], rel=1e-4, abs=1e-6), key
     if algo == "ppo":  # explain/replay --critic rebuild the critic from the shards
         from agentrl.learn.critic import load_critic
 
