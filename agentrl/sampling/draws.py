@@ -28,14 +28,19 @@ __all__ = ["GumbelNoise", "gumbel", "row_keys", "token_keys"]
 _M32 = 0xFFFFFFFF
 
 
+def _mix_(x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xorshift-multiply rounds) of int64 values in ``[0, 2**32)``, written
+    into ``x`` (``tmp``: scratch of its shape); every product stays below 2**63."""
+    for shift, mul in ((16, 0x7FEB352D), (15, 0x31848BAB)):
+        x ^= torch.bitwise_right_shift(x, shift, out=tmp)
+        x.mul_(mul).bitwise_and_(_M32)
+    x ^= torch.bitwise_right_shift(x, 14, out=tmp)
+    return x
+
+
 def _mix(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (xorshift-multiply rounds) of int64 values in ``[0, 2**32)``; every
-    product stays below 2**63."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _M32
-    x = x ^ (x >> 15)
-    x = (x * 0x31848BAB) & _M32
-    return x ^ (x >> 14)
+    """``_mix_`` on a copy of ``x``."""
+    return _mix_(x.clone(), torch.empty_like(x))
 
 
 def row_keys(seeds: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
@@ -79,9 +84,5 @@ class GumbelNoise:
         x, tmp, u = self._x[:b], self._tmp[:b], self._u[:b]
         step = _mix(self.keys ^ ((t * 0x9E3779B1 + 0x7F4A7C15) & _M32))  # [B]
         torch.bitwise_xor(step[:, None], self.ids[None, :], out=x)
-        for shift, mul in ((16, 0x7FEB352D), (15, 0x31848BAB)):  # _mix, in place
-            x ^= torch.bitwise_right_shift(x, shift, out=tmp)
-            x.mul_(mul).bitwise_and_(_M32)
-        x ^= torch.bitwise_right_shift(x, 14, out=tmp)
-        u.copy_(x.bitwise_right_shift_(9)).add_(0.5).mul_(1.0 / 2**23)
+        u.copy_(_mix_(x, tmp).bitwise_right_shift_(9)).add_(0.5).mul_(1.0 / 2**23)
         return u.log_().neg_().log_().neg_()

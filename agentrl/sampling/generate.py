@@ -184,14 +184,12 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
     )
     past, logits, prefill_mask, next_pos, prefilled = _prefill(model, prompts, cached, pad_id, device)
     W = prefill_mask.shape[1]
-    run = _Batch(B, T, W, device, seeds, prefill_mask, preallocate(past, T))
+    run = _Batch(B, T, W, seeds, logits, prefill_mask, preallocate(past, T))
     stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
     cache_arg = cache_kwarg(model)
     for t in range(T):
         logp = _process(logits, temperature, top_p)
-        if run.noise is None:
-            run.noise = GumbelNoise(run.keys, token_keys(logp.shape[-1], device))
         choice = run.noise(t).add_(logp).argmax(-1)  # Gumbel-max: a draw from softmax(logp)
         run.record(t, choice, logp.gather(-1, choice[:, None]).squeeze(-1), stops)
         if t == T - 1 or (run.due(t) and not run.any_live()):
@@ -216,7 +214,7 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
     model.train(was_training)
     tokens, lps = run.result()
     if cache is not None:
-        kept.update(_rows_kv(past, run, list(range(len(run.rows))), prefill_mask))
+        kept.update(_rows_kv(past, run, list(range(run.live.shape[0])), prefill_mask))
         _keep(cache, keys, prompts, tokens, kept)
     return [Sample(t, lp, n) for t, lp, n in zip(tokens, lps, prefilled, strict=True)]
 
@@ -228,10 +226,10 @@ class _Batch:
     that saves more decoding than it costs (``finished_rows``); with a cache that cannot drop rows,
     they stay and are masked."""
 
-    def __init__(self, B, T, W, device, seeds, prefill_mask, can_drop):  # type: ignore[no-untyped-def]
-        self.rows = list(range(B))
-        self.keys = row_keys(seeds, device)  # the rows' noise (agentrl.sampling.draws)
-        self.noise: GumbelNoise | None = None
+    def __init__(self, B, T, W, seeds, logits, prefill_mask, can_drop):  # type: ignore[no-untyped-def]
+        device = logits.device
+        # the rows' noise over the vocabulary of the prefill's logits (agentrl.sampling.draws)
+        self.noise = GumbelNoise(row_keys(seeds, device), token_keys(logits.shape[-1], device))
         self.mask = torch.cat([prefill_mask, prefill_mask.new_ones(B, T)], dim=1)
         self.live = torch.ones(B, dtype=torch.bool, device=device)
         self.ids = torch.full((B, T), 0, dtype=torch.long, device=device)
@@ -250,6 +248,11 @@ class _Batch:
             self.ends[self._index] = torch.where(hit, t + 1, self.ends[self._index])
             self.live = self.live & ~hit
 
+    @property
+    def rows(self) -> list[int]:
+        """The call's row at each batch index."""
+        return self._index.tolist()
+
     def due(self, t: int) -> bool:
         return (t + 1) % self.every == 0
 
@@ -262,16 +265,14 @@ class _Batch:
         if not self.can_drop:
             return []
         done = (~self.live).nonzero()[:, 0].tolist()
-        return done if done and len(done) * steps_left >= len(self.rows) else []
+        return done if done and len(done) * steps_left >= self.live.shape[0] else []
 
     def drop(self, drop: list[int]) -> torch.Tensor:
         gone = set(drop)
-        keep = [j for j in range(len(self.rows)) if j not in gone]
+        keep = [j for j in range(self.live.shape[0]) if j not in gone]
         index = torch.tensor(keep, dtype=torch.long, device=self.live.device)
-        self.rows = [self.rows[j] for j in keep]
-        self.keys, self.mask, self.live = self.keys[index], self.mask[index], self.live[index]
-        if self.noise is not None:
-            self.noise.select(index)
+        self.mask, self.live = self.mask[index], self.live[index]
+        self.noise.select(index)
         self._index = self._index[index]
         return index
 
@@ -292,9 +293,10 @@ def _rows_kv(past, run: _Batch, batch_rows: list[int], prefill_mask: torch.Tenso
         return {}
     width = prefill_mask.shape[1]
     ends = run.ends[run._index[batch_rows]].tolist() if batch_rows else []
+    rows = run.rows
     out = {}
     for j, n in zip(batch_rows, ends, strict=True):
-        i = run.rows[j]
+        i = rows[j]
         cols = torch.cat(
             [prefill_mask[i].nonzero()[:, 0], torch.arange(width, width + n - 1, device=prefill_mask.device)]
         )

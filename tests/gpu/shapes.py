@@ -116,13 +116,11 @@ def rollout_prompts(vocab: int, rows: int, prompt: int, seed: int) -> list[list[
 
 def floor_seconds(model: torch.nn.Module, *, rows: int, prompt: int, new: int, seed: int = 0) -> float:
     """Seconds of the sampling floor on ``rollout``'s prompts: one prefill and ``new`` - 1 bare decode
-    steps through a preallocated cache (``tests.bench.sampling.floor``), under the sampler's autocast."""
-    from agentrl.learn.models import autocast
+    steps through a preallocated cache (``tests.bench.sampling.floor``, under the sampler's autocast)."""
     from tests.bench.sampling import floor
 
     device = next(model.parameters()).device
-    with autocast(model):
-        return floor(model, rollout_prompts(model.config.vocab_size, rows, prompt, seed), new, str(device))
+    return floor(model, rollout_prompts(model.config.vocab_size, rows, prompt, seed), new, str(device))
 
 
 def rollout(
