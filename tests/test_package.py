@@ -28,6 +28,7 @@ LAYERS = {
     "hub": 0,  # hub ids: cached, or the hub answers (stdlib; httpx when asked)
     "runlock": 0,  # one writer per output (stdlib)
     "ranks": 0,  # which rank this process is: the one answer (torch.distributed, never imported here)
+    "stopping": -0.5,  # the one stop flag, its stop points and signal handlers (stdlib)
     "judge": 1,
     "tokens": 1,
     "env": 2,
@@ -60,12 +61,13 @@ ALLOWED: dict[str, set[str]] = {
     "hub": {"errors"},
     "runlock": {"errors"},
     "ranks": set(),
+    "stopping": {"errors"},
     "judge": {"errors", "trajectory", "credentials", "yamlload"},
     "tokens": {"errors", "trajectory", "algos"},
     "env": {"errors", "trajectory", "judge", "cachedir", "yamlload"},
     "policy": {"errors", "trajectory", "credentials", "seeds"},
-    "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir"},
-    "rollout": {"errors", "trajectory", "judge", "env", "policy", "tokens", "seeds", "outputs"},
+    "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir", "stopping"},
+    "rollout": {"errors", "trajectory", "judge", "env", "policy", "tokens", "seeds", "outputs", "stopping"},
     "eval": {"errors", "trajectory", "rundir", "judge", "env", "rollout", "seeds"},
     "sampling": {
         "errors",
@@ -77,6 +79,7 @@ ALLOWED: dict[str, set[str]] = {
         "policy",
         "learn",
         "rollout",
+        "stopping",
     },
     "train": {
         "eval",
@@ -97,6 +100,7 @@ ALLOWED: dict[str, set[str]] = {
         "yamlload",
         "hub",
         "runlock",
+        "stopping",
     },
     "replay": {
         "errors",

@@ -4,7 +4,8 @@ Each sub-command lives in its own module under ``agentrl.cli`` and exposes ``reg
 heavy libraries are imported inside the command's handler, never at module import, so that
 ``agentrl --help`` answers at once. Errors that are the user's (``AgentRLError``) and OS errors
 (a full disk, a read-only directory, a missing file) print one line naming the path and exit 1;
-a bad argument prints one line and exits 2; ``--debug`` shows the traceback instead. agentrl's warnings
+a bad argument prints one line and exits 2; ``--debug`` shows the traceback instead. Ctrl-C and
+SIGTERM end every command within a second (``agentrl.stopping``), exit status 130 and 143. agentrl's warnings
 print as one ``note:`` line each (``agentrl.cli.notes``).
 """
 
@@ -58,9 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from agentrl.cli.notes import clean_notes
     from agentrl.errors import AgentRLError, MissingSetting
+    from agentrl.stopping import stops_on_signals
 
     try:
-        with clean_notes():
+        with clean_notes(), stops_on_signals():  # Ctrl-C and SIGTERM: within a second, in every phase
             return int(args.handler(args) or 0)
     except AgentRLError as e:
         if args.debug:

@@ -31,7 +31,8 @@ def register(subparsers: Any) -> None:
 def _import_gguf(args: argparse.Namespace) -> int:
     from agentrl.jsonl import dumps
     from agentrl.learn.gguf import import_gguf
+    from agentrl.train.progress import LineProgress
 
-    out = import_gguf(args.file, args.out)
+    out = import_gguf(args.file, args.out, phase=LineProgress().phase)  # on stderr; stdout: the JSON
     print(dumps({"out": str(out), "files": sorted(p.name for p in out.iterdir())}))
     return 0

@@ -286,28 +286,18 @@ def _rollout(args: argparse.Namespace) -> Any:
         policy = make_policy(args.policy, **policy_opts)
     record_params(args.out, params)
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from agentrl.train.progress import Progress, make_progress
 
-    console = Console(stderr=True)
-    progress = Progress(
-        TextColumn("rollout"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("reward {task.fields[reward]}"),
-        TimeRemainingColumn(),
-        console=console,
-        disable=args.no_progress,
-    )
+    # a bar on a terminal; in a log or a pipe, a line every tenth of the episodes and every 30 s
+    progress = Progress() if args.no_progress else make_progress(live=True)
     rewards: list[float] = []
 
-    with progress:
-        bar = progress.add_task("rollout", total=None, reward="-")
+    with progress.counted("rollout") as bar:
 
         def on_done(traj: Any) -> None:
             if traj is not None and traj.reward is not None and traj.reward.total is not None:
                 rewards.append(traj.reward.total)
-            progress.update(bar, advance=1, reward=f"{sum(rewards) / len(rewards):.3f}" if rewards else "-")
+            bar.advance(f"reward {sum(rewards) / len(rewards):.3f}" if rewards else "")
 
         common = dict(
             n=args.n,
@@ -315,7 +305,7 @@ def _rollout(args: argparse.Namespace) -> Any:
             seed=args.seed,
             tasks=args.task,
             limit=args.limit,
-            on_start=lambda total: progress.update(bar, total=total),
+            on_start=bar.total,
             on_done=on_done,
             judge_model=args.judge_model,
             judge_api_base=args.judge_api_base,
@@ -335,8 +325,11 @@ def _rollout(args: argparse.Namespace) -> Any:
                 cfg, factory, args.out, workers=args.ray_workers, address=args.ray_address, **common
             )
 
-        with naming(args.out):  # a write to the output that fails (ENOSPC) names it
-            return asyncio.run(main())
+        try:
+            with naming(args.out):  # a write to the output that fails (ENOSPC) names it
+                return asyncio.run(main())
+        finally:
+            progress.close()  # after the count's last line
 
 
 def print_summary(console: Any, summary: Any) -> None:

@@ -14,6 +14,7 @@ from torch import nn
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
 from agentrl.learn.models import autocast, is_sharded
+from agentrl.stopping import stop_point
 from agentrl.tokens import token_logprobs
 
 __all__ = [
@@ -235,6 +236,7 @@ def micro_batches(
     sorted_len = lengths[by_length].tolist()
     start = 0
     while start < len(order):
+        stop_point()  # Ctrl-C, SIGTERM: between micro-batches (agentrl.stopping)
         if packed:
             total, n = 0, 0
             while start + n < len(order) and (n == 0 or total + sorted_len[start + n] <= token_budget):

@@ -11,7 +11,9 @@ directory is written next to ``out`` and renamed into place, so ``out`` exists o
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +67,12 @@ def _plain_model(model: Any) -> Any:
     return plain.eval()
 
 
-def import_gguf(file: str | Path, out: str | Path) -> Path:
+def import_gguf(file: str | Path, out: str | Path, phase: Callable[[str], Any] | None = None) -> Path:
     """Write ``file`` (a GGUF) as a transformers directory at ``out`` (module docstring); returns
     ``out``. ``ConfigError`` (one line) when the extra is missing, ``file`` is not a GGUF, or ``out``
-    already exists."""
+    already exists. ``phase(name)``: a context manager around each step, to show it (the CLI's
+    progress)."""
+    phase = phase or (lambda name: contextlib.nullcontext())
     file, out = Path(file), Path(out)
     if not file.is_file():
         raise ConfigError(f"{file}: no such file")
@@ -80,8 +84,9 @@ def import_gguf(file: str | Path, out: str | Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name)
-        tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
+        with phase(f"reading and dequantising {file.name}"):
+            model = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name)
+            tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
     except (ValueError, KeyError, OSError) as e:  # an architecture transformers cannot read from GGUF
         raise ConfigError(f"{file}: transformers cannot load this GGUF: {str(e)[:300]}") from None
     template = _chat_template(file)
@@ -93,9 +98,10 @@ def import_gguf(file: str | Path, out: str | Path) -> Path:
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     try:
-        plain.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        tmp.rename(out)
+        with phase(f"writing {out}"):
+            plain.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -86,8 +86,8 @@ class ContextConfig(BaseModel):
         None,
         ge=16,
         description="rewrite when a prompt plus max_new_tokens would pass this (default: max_len; "
-        "summarize: max_len - max_new_tokens, room for the request and the notes); a value above "
-        "max_len acts as max_len",
+        "summarize: max_len - max_new_tokens, room for the request and the notes); at most "
+        "max_len (the trainer refuses more)",
     )
     keep_last_turns: int = Field(
         1,

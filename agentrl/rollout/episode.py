@@ -69,6 +69,7 @@ from agentrl.rollout.turns import (
     turn_seed,
 )
 from agentrl.seeds import episode_seed, stable_seed
+from agentrl.stopping import stop_point
 from agentrl.tokens import Expander, sampled_message
 from agentrl.trajectory import Message, Trajectory
 from agentrl.trajectory.context import CONTEXT_SEGMENTS, ContextView
@@ -157,6 +158,7 @@ async def run_episode(
     ctx = ContextView()  # how the model sees env.messages (context management)
     rewrites: list[dict[str, Any]] = []
     while True:
+        stop_point()  # Ctrl-C, SIGTERM: between turns (agentrl.stopping)
         prompt: list[int] | None = None
         max_tokens = limits.max_new_tokens
         seen = ctx.show(env.messages)

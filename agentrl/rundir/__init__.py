@@ -251,7 +251,8 @@ class RunDir:
         """The checkpoint ``--resume`` goes on from: the latest complete one that is intact
         (``checkpoint_damage``), each newer damaged one named in a warning; None when the run has
         no complete checkpoint. ``ConfigError`` naming the file when every one is damaged, or when
-        the run's logs do not cover the one found (``check_logs``)."""
+        the run's logs do not cover the one found (``check_logs``) or its tokenizer is gone
+        (``check_tokenizer``)."""
         damaged: list[str] = []
         for ckpt in reversed(self.complete_in(self.checkpoints_dir)):
             why = checkpoint_damage(ckpt)
@@ -263,6 +264,7 @@ class RunDir:
                         stacklevel=2,
                     )
                 self.check_logs(ckpt)
+                self.check_tokenizer(ckpt)
                 return ckpt
             damaged.append(why)
         if not damaged:
@@ -276,6 +278,19 @@ class RunDir:
         """``ConfigError`` unless ``metrics.jsonl`` (``sft.jsonl`` for a warm-start checkpoint)
         holds every step ``checkpoint`` comes after (``logs.check_logs``)."""
         _logs.check_logs(self.path, checkpoint)
+
+    def check_tokenizer(self, checkpoint: Path) -> None:
+        """``ConfigError`` unless the run's ``tokenizer/`` is there: ``checkpoint``'s embeddings are
+        rows of that tokenizer's ids, and a tokenizer made anew (trained again in-process, or a
+        changed ``model.tokenizer``) would not match them."""
+        tok = self.tokenizer_dir
+        if (tok / "tokenizer.json").is_file() or (tok / "tokenizer_config.json").is_file():
+            return
+        name = checkpoint.relative_to(self.path) if checkpoint.is_relative_to(self.path) else checkpoint
+        raise ConfigError(
+            f"--resume: {tok} is missing, and {name} was trained with the run's tokenizer: the run's "
+            "files disagree; put the run's tokenizer/ back, or start over with --overwrite"
+        )
 
     # ---- what agentrl wrote (``layout``) -----------------------------------------------------------
     def entries(self) -> tuple[list[str], list[str]]:

@@ -37,13 +37,21 @@ META = "meta.json"
 #: The size and sha256 of each of the checkpoint's other files (``write_checkpoint_manifest``).
 MANIFEST = "manifest.json"
 SHARDED = "sharded"
+#: The files a tokenizer's ``save_pretrained`` writes (transformers' names for them; a tokenizer
+#: that writes another makes ``--overwrite`` refuse, naming it, rather than delete a user's file).
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "chat_template.jinja", "chat_template.json", "additional_chat_templates/*", "vocab.json",
+    "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+    "*.tiktoken",
+)  # fmt: skip
 #: Every file agentrl writes in a run directory, relative to it: ``{n}`` is a step number, ``{ckpt}``
 #: a checkpoint's name (``step_{n}`` or ``sft_{n}``), ``*`` one name, ``**`` anything below. The one
 #: rule of what ``--overwrite`` may delete (``RunDir.entries``); ``config.yaml`` is the user's.
 LAYOUT = (
     CONFIG, METRICS, SFT, SUMMARY, REWARD_CURVE, REPORT, SAMPLING,
-    f"{TOKENIZER}/*",  # the tokenizer's save_pretrained files
-    f"{TENSORBOARD}/*",  # TensorBoard's event files
+    *(f"{TOKENIZER}/{name}" for name in TOKENIZER_FILES),
+    f"{TENSORBOARD}/events.out.tfevents.*",  # TensorBoard's event files
     f"{VLLM_SYNC}/**",  # the weights a vLLM server reloads (save_pretrained; lora-stepNNNNN/ adapters)
     f"{TRAJECTORIES}/step_{{n}}.jsonl", f"{TOKENS}/step_{{n}}.npz", f"{EVAL}/step_{{n}}.jsonl",
     f"{AUDIT}/step_{{n}}.jsonl",

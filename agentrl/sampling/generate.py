@@ -40,6 +40,7 @@ from agentrl.sampling.kv_cache import (
     returned_cache,
     stack_left_padded,
 )
+from agentrl.stopping import stop_point
 
 __all__ = ["Sample", "hf_generate_batch", "sample_batch"]
 
@@ -189,6 +190,7 @@ def _sample(model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature
     kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
     cache_arg = cache_kwarg(model)
     for t in range(T):
+        stop_point()  # Ctrl-C, SIGTERM: between tokens (agentrl.stopping)
         logp = _process(logits, temperature, top_p)
         choice = run.noise(t).add_(logp).argmax(-1)  # Gumbel-max: a draw from softmax(logp)
         run.record(t, choice, logp.gather(-1, choice[:, None]).squeeze(-1), stops)

@@ -31,6 +31,7 @@ from agentrl.errors import SamplerError
 from agentrl.learn.models import frozen_copy
 from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
 from agentrl.rollout.episode import EpisodeSpec
+from agentrl.stopping import stop_point, stop_requested
 from agentrl.tokens import SamplingSpec
 from agentrl.trajectory import Trajectory
 
@@ -98,14 +99,15 @@ class ProcessSnapshotEngine:
             torch.cuda.synchronize()  # the copies are queued: the child must not read before they land
 
     def close(self) -> None:
-        """Ask the child to stop and wait for it (stopped by force after 30 s)."""
+        """Ask the child to stop and wait for it (stopped by force after 30 s, or at once when the
+        process is stopping: the child holds nothing of the run's but the rollout it was asked for)."""
         proc, conn = self._proc, self._conn
         if proc is None:
             return
         self._proc = self._conn = None
         with contextlib.suppress(OSError):  # OSError: the child is gone already
             conn.send(("close", None))
-        proc.join(30)
+        proc.join(0 if stop_requested() else 30)
         if proc.is_alive():
             proc.terminate()
             proc.join()
@@ -119,8 +121,10 @@ class ProcessSnapshotEngine:
             raise self._died() from None
 
     def _receive(self) -> tuple[str, Any]:
-        """The child's reply; a ``SamplerError`` as soon as the child has exited without one."""
-        mpc.wait([self._conn, self._proc.sentinel])
+        """The child's reply; a ``SamplerError`` as soon as the child has exited without one. A stop
+        (Ctrl-C, SIGTERM: ``agentrl.stopping``) ends the wait within a tenth of a second."""
+        while not mpc.wait([self._conn, self._proc.sentinel], timeout=0.1):
+            stop_point()
         try:
             if self._conn.poll():
                 return self._conn.recv()

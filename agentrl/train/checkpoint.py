@@ -162,10 +162,33 @@ def restore_run(path: Path, modules: Modules, *, sharded: bool) -> TrainState:
         return state
     for name, (module, opt) in modules.items():
         if name == "model" or name in full:
-            module.load_state_dict(full[name])
+            try:
+                module.load_state_dict(full[name])
+            except RuntimeError as e:  # missing or unexpected keys, other shapes: another model
+                raise ConfigError(
+                    f"--resume: {path} does not fit the {name} the config builds ({_misfit(module, full[name], e)}); "
+                    f"resume with the run's model settings (its config.json), or start over with --overwrite"
+                ) from None
             if opt is not None:
                 opt.load_state_dict(full[_optimizer_key(name)])
     return state
+
+
+def _misfit(module: torch.nn.Module, saved: dict[str, Any], error: Exception) -> str:
+    """What differs between ``module`` and the state dict ``saved`` it failed to load, in a few words."""
+    want = module.state_dict()
+    missing = [k for k in want if k not in saved]
+    extra = [k for k in saved if k not in want]
+    shapes = [k for k in want if k in saved and tuple(want[k].shape) != tuple(saved[k].shape)]
+    parts = [f"{len(missing)} weights it lacks, e.g. {missing[0]}"] if missing else []
+    parts += [f"{len(extra)} weights the model has not, e.g. {extra[0]}"] if extra else []
+    if shapes:
+        k = shapes[0]
+        parts.append(
+            f"{len(shapes)} of other shapes, e.g. {k}: {tuple(saved[k].shape)} saved, "
+            f"{tuple(want[k].shape)} built"
+        )
+    return "; ".join(parts) or str(error).splitlines()[0]
 
 
 def save_checkpoint(

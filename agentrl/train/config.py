@@ -170,6 +170,16 @@ class RolloutConfig(_Strict):
             raise ValueError("sampling_threads: a count of at least 1, or auto")
         return v
 
+    @model_validator(mode="after")
+    def _trigger_within_max_len(self) -> RolloutConfig:
+        t = self.context.trigger_tokens
+        if t is not None and t > self.max_len:  # it would act as max_len: say so, never silently
+            raise ValueError(
+                f"context.trigger_tokens ({t}) is above max_len ({self.max_len}): the episode would end "
+                "at max_len before it; set it at most max_len, or leave it out (default: max_len)"
+            )
+        return self
+
 
 class TrainJudgeConfig(JudgeConfig):
     """The run's judge: every ``JudgeConfig`` field (model, api_base, concurrency, cache_path,

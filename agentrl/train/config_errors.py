@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentrl.yamlload import dotted
 
-__all__ = ["describe", "section_of", "settings_at"]
+__all__ = ["describe", "section_of", "setting_paths", "settings_at"]
 
 
 def section_of(annotation: Any) -> type[BaseModel] | None:
@@ -37,6 +37,26 @@ def settings_at(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
 
 
+def setting_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every setting below ``model`` as its path of keys (sections and the values in them)."""
+    paths = []
+    for name, field in model.model_fields.items():
+        path = (*prefix, field.alias or name)
+        paths.append(path)
+        sub = section_of(field.annotation)
+        if sub is not None:
+            paths += setting_paths(sub, path)
+    return paths
+
+
+def _nearest_anywhere(key: str, model: type[BaseModel]) -> str | None:
+    """The dotted path of the setting anywhere in the config whose own name is nearest ``key``
+    (``max_turn`` written at the top level: ``rollout.max_turns``)."""
+    paths = setting_paths(model)
+    near = difflib.get_close_matches(key, [p[-1] for p in paths], n=1, cutoff=0.75)
+    return next((dotted(p) for p in paths if near and p[-1] == near[0]), None)
+
+
 def describe(
     e: ValidationError,
     model: type[BaseModel],
@@ -51,6 +71,8 @@ def describe(
         if err["type"] == "extra_forbidden":
             known = settings_at(model, loc[:-1])
             near = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+            if not near and (anywhere := _nearest_anywhere(str(loc[-1]), model)) is not None:
+                near = [anywhere]  # a setting of another section
             msg = "not a setting" + (f"; did you mean {near[0]!r}?" if near else "")
             if known and not near:  # a short section lists its settings; --print-config has all
                 msg += f" (settings here: {', '.join(sorted(known))})" if len(known) <= 12 else ""

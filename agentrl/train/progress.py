@@ -4,7 +4,8 @@ judge, update) and reward, checkpoints and the summary.
 
 ``make_progress(live=True)`` draws a rich display when stderr is a terminal; otherwise, and with
 ``live=False`` (``agentrl train --no-progress``), it prints plain lines: one when a phase starts and
-one when it ends, the warm start's loss every tenth of its steps, and one line per RL step. All of
+one when it ends, the warm start's loss every tenth of its steps, one line per RL step, and a
+counted phase's count (``agentrl rollout``'s episodes) every tenth and at least every 30 s. All of
 it goes to stderr, so stdout keeps only the run's JSON summary. Ranks other than 0 get
 ``Progress``, which shows nothing.
 """
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
 from agentrl.train.report import REWARD_KEY, VAL_HIGH, VAL_KEY, VAL_LOW
 
-__all__ = ["LineProgress", "LiveProgress", "Progress", "make_progress", "step_line"]
+__all__ = ["Counter", "LineProgress", "LiveProgress", "Progress", "make_progress", "step_line"]
 
 
 def _s(seconds: float) -> str:
@@ -43,6 +44,53 @@ def step_line(metrics: dict[str, Any], total: int) -> str:
     return f"step {int(metrics['step'])}/{total}: " + " · ".join(parts) + f" · {_s(t.get('step', 0.0))}"
 
 
+class Counter:
+    """The items of a counted phase: ``total`` once it is known, ``advance`` as each one is done
+    (``info``: what to show beside the count, e.g. the mean reward so far). Shows nothing."""
+
+    def total(self, n: int) -> None:
+        """The phase has ``n`` items."""
+
+    def advance(self, info: str = "") -> None:
+        """One more item is done."""
+
+
+class _LineCounter(Counter):
+    """A line at every tenth of the total, and at least every ``every_s`` seconds."""
+
+    def __init__(self, name: str, say: Callable[[str], None], every_s: float = 30.0) -> None:
+        self.name, self._say, self._every = name, say, every_s
+        self.done, self._n = 0, 0
+        self._t0 = self._last = time.perf_counter()
+
+    def total(self, n: int) -> None:
+        self._n = n
+
+    def advance(self, info: str = "") -> None:
+        self.done += 1
+        now = time.perf_counter()
+        tenth = self._n and self.done * 10 // self._n > (self.done - 1) * 10 // self._n
+        if tenth or now - self._last >= self._every:
+            self._last = now
+            count = f"{self.done}/{self._n}" if self._n else str(self.done)
+            self._say(f"{self.name} {count}" + (f" · {info}" if info else "") + f" ({_s(now - self._t0)})")
+
+
+class _BarCounter(Counter):
+    def __init__(self, bars: Any, name: str) -> None:
+        self._bars, self._task = bars, bars.add_task(name, total=None, count="", info="")
+        self.done, self._n = 0, 0
+
+    def total(self, n: int) -> None:
+        self._n = n
+        self._bars.update(self._task, total=n, count=f"{self.done}/{n}")
+
+    def advance(self, info: str = "") -> None:
+        self.done += 1
+        count = f"{self.done}/{self._n}" if self._n else str(self.done)
+        self._bars.update(self._task, completed=self.done, count=count, info=info)
+
+
 class Progress:
     """The interface, showing nothing (ranks other than 0)."""
 
@@ -50,6 +98,11 @@ class Progress:
     def phase(self, name: str) -> Iterator[None]:
         """A phase of the run (setup, checkpoint, summary): shown while it runs, with its time."""
         yield
+
+    @contextmanager
+    def counted(self, name: str) -> Iterator[Counter]:
+        """A phase of many items (a rollout's episodes): shown as a count while it runs."""
+        yield Counter()
 
     def sft(self, k: int, total: int, loss: float | None = None) -> None:
         """Warm-start step ``k`` of ``total`` finished with ``loss`` (``k`` = 0: the warm start begins)."""
@@ -87,6 +140,13 @@ class LineProgress(Progress):
         self._print(f"{name} ...")
         yield
         self._print(f"{name}: done in {_s(time.perf_counter() - t0)}")
+
+    @contextmanager
+    def counted(self, name: str) -> Iterator[Counter]:
+        counter = _LineCounter(name, self._print)
+        self._print(f"{name} ...")
+        yield counter
+        self._print(f"{name}: {counter.done} done in {_s(time.perf_counter() - counter._t0)}")
 
     def sft(self, k: int, total: int, loss: float | None = None) -> None:
         if k == 0 or self._sft_t0 is None:
@@ -138,6 +198,12 @@ class LiveProgress(Progress):
         yield
         self._bars.update(task, total=1, completed=1, info=f"done in {_s(time.perf_counter() - t0)}")
         self._bars.stop_task(task)
+
+    @contextmanager
+    def counted(self, name: str) -> Iterator[Counter]:
+        counter = _BarCounter(self._bars, name)
+        yield counter
+        self._bars.stop_task(counter._task)
 
     def sft(self, k: int, total: int, loss: float | None = None) -> None:
         if self._sft is None:

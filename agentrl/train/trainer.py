@@ -33,11 +33,13 @@ from agentrl.env.sources import page_kinds
 from agentrl.errors import ConfigError
 from agentrl.learn.batch import build_batch, row_ids
 from agentrl.learn.forward import chunked_forward, forward_logprobs, forward_values
+from agentrl.ranks import world_size
 from agentrl.rollout.context import context_policy
 from agentrl.rundir import RunDir, write_json
 from agentrl.sampling.engines import EpisodeLoop, RolloutEngine
 from agentrl.sampling.overlap import OneStepOffPolicy, Presampled
 from agentrl.sampling.threads import describe as describe_threads
+from agentrl.stopping import RunInterrupted, check_stop, stop_requested, stops_on_signals
 from agentrl.tokens import sampling_spec
 from agentrl.train.build import build_models, load_tokenizer, tokenizer_source
 from agentrl.train.checkpointing import Checkpointing
@@ -53,13 +55,6 @@ from agentrl.train.evaluation import (
 )
 from agentrl.train.fsdp import full_params
 from agentrl.train.health import HealthWatch, health_metrics
-from agentrl.train.interrupt import (
-    RunInterrupted,
-    check_stop,
-    raise_on_sigterm,
-    restore_sigterm,
-    stop_requested,
-)
 from agentrl.train.preflight import check_run, hold_output_dir, setting_up
 from agentrl.train.progress import Progress, make_progress
 from agentrl.train.report import RunLog
@@ -346,9 +341,14 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         """Check, set up, warm-start (fresh runs), train ``cfg.steps`` steps; returns the final
         summary (an empty dict on ranks other than 0). ``output_dir`` must be new or empty, unless
         ``resume`` (continue its latest checkpoint) or ``overwrite`` (delete the run in it first).
-        The run holds the directory's lock throughout; Ctrl-C or SIGTERM ends it with a summary
+        The run holds the directory's lock throughout; Ctrl-C or SIGTERM ends it at the next stop
+        point (within a second in one process; between steps where ranks must agree) with a summary
         marked interrupted (``RunInterrupted``)."""
-        lock, sigterm = None, raise_on_sigterm()
+        with stops_on_signals(inner=world_size() == 1):
+            return self._run(resume, overwrite)
+
+    def _run(self, resume: bool, overwrite: bool) -> dict[str, Any]:
+        lock = None
         try:
             check_run(self.cfg, resume=resume, overwrite=overwrite)  # before anything is built or written
             check_evaluation(self.cfg, self._env_config())
@@ -377,7 +377,7 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
                     every = self.cfg.checkpoint_every
                     if every and self.step % every == 0:
                         self.save()
-                    if self.step < self.cfg.steps:  # a SIGTERM stops here, between steps (all ranks agree)
+                    if self.step < self.cfg.steps:  # every rank stops here, between steps (all agree)
                         check_stop(all_reduce_sum(float(stop_requested())) > 0)
             finally:
                 if self.log is not None:
@@ -397,7 +397,6 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
             raise self._interrupted(e) from None
         finally:
             self.report.close()
-            restore_sigterm(sigterm)
             if lock is not None:
                 lock.release()
 

@@ -20,9 +20,9 @@ import torch
 
 from agentrl.rollout.context import context_policy
 from agentrl.rollout.episode import Limits
+from agentrl.stopping import check_stop, stop_requested
 from agentrl.train.distributed import all_reduce_sum, broadcast_parameters, world_size
 from agentrl.train.fsdp import set_grad_divide
-from agentrl.train.interrupt import check_stop, stop_requested
 from agentrl.train.sft import collect_oracle_trajectories, sft_step
 from agentrl.train.step_sampling import step_seed
 
@@ -93,7 +93,7 @@ class WarmStart:
                 self.report.sft(k, cfg.sft_steps, loss)
                 if every and k % every == 0 and k < cfg.sft_steps:
                     self.save_warm(k)  # type: ignore[attr-defined]
-                if k < cfg.sft_steps:  # a SIGTERM stops here, between steps (all ranks agree)
+                if k < cfg.sft_steps:  # every rank stops here, between steps (all agree)
                     check_stop(all_reduce_sum(float(stop_requested())) > 0)
             set_grad_divide(self.model, 1.0)
         if not self.models.fsdp:  # sharded ranks stay equal by construction

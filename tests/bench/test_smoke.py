@@ -578,3 +578,23 @@ def test_busy_step(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert lines(out, "| 0 | quiet") and lines(out, "| 0 | busy"), out
     ratio = numbers(lines(out, "busy / quiet step:")[0])
     assert len(ratio) == 1 and ratio[0] > 0
+
+
+@smoke("update_profile")
+def test_update_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import update_profile
+
+    argv = ["--layers", "2", "--trainable-layers", "1", "--rows", "2", "--prompt", "20", "--new", "8"]
+    update_profile.main([*argv, "--repeats", "1"])
+    out = capsys.readouterr().out
+    parts = {line[:44].strip(): numbers(line[44:]) for line in out.splitlines()[2:]}
+    assert {
+        "forward: frozen layers",
+        "forward: trained layers",
+        "backward",
+        "optimiser step",
+        "total",
+    } <= set(parts), out
+    # the parts add up to the whole (the rest is what the hooks do not cover)
+    total = parts.pop("total")[0]
+    assert abs(sum(p[0] for p in parts.values()) - total) < 0.02 + 0.01 * total, out

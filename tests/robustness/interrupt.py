@@ -34,19 +34,31 @@ def run_to_end(cmd: list[str], env: dict[str, str]) -> dict:
 
 def kill_after(cmd: list[str], out: Path, env: dict[str, str], lines: int) -> None:
     """Start the command and SIGKILL it once ``out`` holds ``lines`` more complete lines than before."""
+    rc, _, _ = signal_after(cmd, out, env, lines, signal.SIGKILL)
+    assert rc == -signal.SIGKILL
+
+
+def signal_after(
+    cmd: list[str], out: Path, env: dict[str, str], lines: int, sig: int
+) -> tuple[int, float, str]:
+    """Start the command and send it ``sig`` once ``out`` holds ``lines`` more complete lines than
+    before; (exit status, seconds from the signal to the exit, stderr)."""
     start = out.read_bytes().count(b"\n") if out.exists() else 0
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
             if out.exists() and out.read_bytes().count(b"\n") >= start + lines:
                 break
             time.sleep(0.005)
-        assert proc.poll() is None, "the rollout finished before it could be killed"
-        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.poll() is None, "the rollout finished before it could be stopped"
+        os.kill(proc.pid, sig)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, time.monotonic() - sent, err
     finally:
+        proc.kill()
         proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
 
 
 def tear(out: Path, cut: int) -> int:

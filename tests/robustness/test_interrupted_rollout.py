@@ -8,12 +8,21 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 from pathlib import Path
 
 import pytest
 
 from agentrl.trajectory import read_trajectories
-from tests.robustness.interrupt import ROOT, canonical, kill_after, rollout_cmd, run_to_end, tear
+from tests.robustness.interrupt import (
+    ROOT,
+    canonical,
+    kill_after,
+    rollout_cmd,
+    run_to_end,
+    signal_after,
+    tear,
+)
 
 N_SAMPLES = 6  # 33 tasks x 6 samples = 198 episodes
 
@@ -53,6 +62,22 @@ def test_sigkill_mid_run_then_resume(suite, env, reference, tmp_path):
     summary = run_to_end(cmd, env)
     assert summary["skipped"] == done and summary["episodes"] == len(reference) - done
     assert canonical(out) == reference
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_stops_within_its_episodes_then_resume(suite, env, reference, tmp_path, sig):
+    """The command stops at its episodes' next turn (agentrl.stopping), says so, exits 143 or 130, and
+    the episodes it had not finished are not in the file: re-running completes it exactly."""
+    out = tmp_path / "trajectories.jsonl"
+    cmd = rollout_cmd(suite, out, N_SAMPLES)
+    rc, seconds, err = signal_after(cmd, out, env, 20, sig)
+    assert rc == (143 if sig == signal.SIGTERM else 130), err[-2000:]
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err
+    assert seconds < 10  # within a second of work; the rest is the interpreter's exit on a busy machine
+    done = len(list(read_trajectories(out)))
+    assert 0 < done < len(reference)
+    summary = run_to_end(cmd, env)
+    assert summary["skipped"] == done and canonical(out) == reference
 
 
 def test_kill_torn_write_and_kill_again_then_resume(suite, env, reference, tmp_path):

@@ -145,6 +145,13 @@ def test_defaults_flag_gives_every_default(capsys):
     [
         ("steps=abc", "--set steps=abc: steps: Input should be a valid integer"),
         ("stepz=1", "--set stepz=1: stepz: not a setting; did you mean 'steps'?"),
+        # a setting of another section: its whole path
+        ("max_turn=3", "--set max_turn=3: max_turn: not a setting; did you mean 'rollout.max_turns'?"),
+        (
+            "rollout.context.trigger_tokens=5000",
+            "--set rollout.context.trigger_tokens=5000: rollout: context.trigger_tokens (5000) is above "
+            "max_len (1536)",
+        ),
         ("rollout.max_turns=0", "--set rollout.max_turns=0: rollout.max_turns: Input should be greater than"),
         (
             "model.path=./no-such-model",

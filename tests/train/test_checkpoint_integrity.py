@@ -204,3 +204,42 @@ def test_eval_of_a_run_whose_latest_checkpoint_is_damaged_is_one_line_naming_it(
     ]
     assert "_use_new_zipfile_serialization" not in err[0]
     assert not (tmp_path / "e.jsonl").exists()
+
+
+def test_resume_without_the_runs_tokenizer_is_one_line_and_writes_nothing(finished, tmp_path, capsys):
+    """The checkpoints' embeddings are rows of the run's tokenizer: a resume refuses before it would
+    train or load another one (it retrained one and crashed on the embeddings' shape)."""
+    cfg, run = _copy(finished, tmp_path)
+    shutil.rmtree(run / "tokenizer")
+    before = _snapshot(run)
+    assert main(["train", str(cfg), "--set", f"output_dir={run}", "--resume", "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"agentrl train: error: --resume: {run / 'tokenizer'} is missing, and checkpoints/step_00003 was "
+        "trained with the run's tokenizer: the run's files disagree; put the run's tokenizer/ back, or "
+        "start over with --overwrite"
+    ]
+    assert _snapshot(run) == before
+
+
+def test_resume_with_another_model_is_one_line_naming_what_differs(finished, tmp_path, capsys):
+    cfg, run = _copy(finished, tmp_path)
+    data = yaml.safe_load(cfg.read_text())
+    other = tmp_path / "other"
+    shutil.copytree(data["model"]["path"], other)  # the answering model, one layer more
+    conf = json.loads((other / "config.json").read_text())
+    conf["num_hidden_layers"] += 1
+    if "layer_types" in conf:
+        conf["layer_types"] = conf["layer_types"] + conf["layer_types"][-1:]
+    (other / "config.json").write_text(json.dumps(conf))
+    args = ["train", str(cfg), "--set", f"output_dir={run}", "--set", f"model.path={other}"]
+    assert main([*args, "--resume", "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(
+        f"agentrl train: error: --resume: {run / 'checkpoints' / 'step_00003'} does not fit the model "
+        "the config builds ("
+    ), err
+    assert " weights it lacks, e.g. model.layers.1." in err, err
+    assert err.endswith(
+        "resume with the run's model settings (its config.json), or start over with --overwrite"
+    )

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.xdist_group("finished_3_steps")  # the run test_checkpo
 LAID_OUT = [
     "config.json", "metrics.jsonl", "sft.jsonl", "summary.json", "reward_curve.png", "report.html",
     "sampling.json", "tokenizer/tokenizer.json", "tokenizer/chat_template.jinja",
+    "tokenizer/tokenizer_config.json", "tokenizer/merges.txt", "tokenizer/qwen.tiktoken",
+    "tokenizer/special_tokens_map.json", "tokenizer/added_tokens.json", "tokenizer/chat_template.json",
+    "tokenizer/additional_chat_templates/tool_use.jinja", "tokenizer/vocab.json", "tokenizer/vocab.txt",
+    "tokenizer/tokenizer.model", "tokenizer/spiece.model", "tokenizer/sentencepiece.bpe.model",
     "tensorboard/events.out.tfevents.1.host.7.0", "vllm_sync/model.safetensors",
     "vllm_sync/lora-step00002/adapter_model.safetensors", "trajectories/step_00001.jsonl",
     "tokens/step_00001.npz", "eval/step_00000.jsonl", "audit/step_00001.jsonl",
@@ -42,6 +46,8 @@ FOREIGN = {
     "eval/summary.md": "eval/summary.md",
     "tokens/step_00001.npz.bak": "tokens/step_00001.npz.bak",
     "tokenizer/extra/vocab.txt": "tokenizer/extra",
+    "tokenizer/vocab_custom.txt": "tokenizer/vocab_custom.txt",  # the tokenizer's files are named ones
+    "tensorboard/my_notes.txt": "tensorboard/my_notes.txt",  # so are TensorBoard's
     "notes.txt": "notes.txt",
     ".env": ".env",
     "plots/curve.png": "plots",

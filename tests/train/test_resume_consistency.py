@@ -82,6 +82,8 @@ def test_a_warm_start_checkpoint_needs_the_warm_start_losses_before_it(tmp_path)
     """``sft_K`` comes after warm-start steps 1…K: ``sft.jsonl`` holds them; RL step 0 (the end of
     the warm start) comes after no RL step, so it needs no metrics."""
     run = RunDir(tmp_path)
+    run.tokenizer_dir.mkdir()  # a run's checkpoints come with its tokenizer (check_tokenizer)
+    (run.tokenizer_dir / "tokenizer.json").write_text("{}")
     save_checkpoint(run.checkpoints_dir, 0, {"w": torch.zeros(3)}, name="sft_00004")
     with pytest.raises(
         ConfigError, match=r"sft\.jsonl is missing, and checkpoints/sft_00004 comes after step 4"

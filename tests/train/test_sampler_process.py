@@ -125,3 +125,32 @@ def test_a_preempted_process_sampler_run_resumes_as_the_thread_sampler_runs(tmp_
 def test_sampler_process_with_the_vllm_engine_is_a_config_error(tmp_path):
     with pytest.raises(ValueError, match="sampler: process runs the hf engine"):
         train_config(tmp_path, **PROC, **{"rollout.engine": "vllm"})
+
+
+def test_a_stop_ends_the_wait_for_the_child_and_the_child_with_it(tmp_path):
+    """Ctrl-C or SIGTERM while the child samples: the wait for its reply ends at the next tenth of a
+    second, and close() stops the child at once instead of letting it finish the rollout."""
+    import threading
+    import time
+
+    from agentrl.stopping import RunInterrupted, request_stop, stops_on_signals
+
+    t = Trainer(train_config(tmp_path, sft_steps=0, **PROC), progress=False)
+    t.setup()
+    proc = t.engine
+    try:
+        with stops_on_signals():
+            jobs = t._jobs(1) * 40  # a rollout of many seconds in the child
+            threading.Timer(1.0, request_stop).start()
+            t0 = time.monotonic()
+            with pytest.raises(RunInterrupted):
+                proc.rollout([], jobs)
+            waited = time.monotonic() - t0
+            child = proc._proc
+            t1 = time.monotonic()
+            proc.close()
+            assert not child.is_alive() and time.monotonic() - t1 < 5
+        assert waited < 3, waited
+    finally:
+        proc.close()
+        t.pool.shutdown()

@@ -188,7 +188,13 @@ def test_a_step_raises_the_likelihood_of_the_better_samples(tmp_path, algo):
     # A small step (Adam's first step moves every weight by about lr): the first-order gain
     # lr * sum|g| is then the whole change; at the fixture's 1e-3 the second-order terms of a tiny
     # model decide the sign for some draws.
-    over = {"algorithm.name": algo, "algorithm.mini_batch_size": 4, "sft_steps": 0, "steps": 1, "optim.lr": 1e-5}
+    over = {
+        "algorithm.name": algo,
+        "algorithm.mini_batch_size": 4,
+        "sft_steps": 0,
+        "steps": 1,
+        "optim.lr": 1e-5,
+    }
     t = Trainer(_cfg(tmp_path, **over), progress=False)
     t.setup()
     before = {k: v.clone() for k, v in t.model.state_dict().items()}
