@@ -276,8 +276,10 @@ class RunDir:
 
     def check_logs(self, checkpoint: Path) -> None:
         """``ConfigError`` unless ``metrics.jsonl`` (``sft.jsonl`` for a warm-start checkpoint)
-        holds every step ``checkpoint`` comes after (``logs.check_logs``)."""
-        _logs.check_logs(self.path, checkpoint)
+        holds every step ``checkpoint`` comes after, and for an RL checkpoint ``sft.jsonl`` the
+        warm start's steps (the run's recorded ``sft_steps``; ``logs.check_logs``)."""
+        warm = self.config().get("sft_steps") if self.config_file.is_file() else 0
+        _logs.check_logs(self.path, checkpoint, int(warm or 0))
 
     def check_tokenizer(self, checkpoint: Path) -> None:
         """``ConfigError`` unless the run's ``tokenizer/`` is there: ``checkpoint``'s embeddings are

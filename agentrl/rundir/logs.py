@@ -72,13 +72,22 @@ def metric_line(row: dict[str, Any]) -> str:
     return dumps(finite_or_null(row)) + "\n"
 
 
-def check_logs(run: Path, checkpoint: Path) -> None:
+def check_logs(run: Path, checkpoint: Path, warm_steps: int = 0) -> None:
     """``ConfigError`` unless the logs of the run directory ``run`` hold every step ``checkpoint``
     comes after: ``metrics.jsonl`` a row for each RL step 1…n of ``step_n``, ``sft.jsonl`` one for
-    each warm-start step 1…k of ``sft_k`` (the trainer logs a step before it checkpoints it). A
-    resume without them would end with a summary and a curve of the later steps alone."""
+    each warm-start step 1…k of ``sft_k``, and for an RL checkpoint of a run that warm-started
+    ``warm_steps`` steps, those too (the trainer logs a step before it checkpoints it). A resume
+    without them would end with a summary and a curve of the later steps alone."""
     kind, n = checkpoint_order(checkpoint) or (1, 0)
+    if kind == 1 and warm_steps > 0:
+        after = f"comes after the warm start's {warm_steps} steps"
+        _check_log(run, checkpoint, run / SFT, "sft/step", warm_steps, after)
     file, key = (run / METRICS, "step") if kind == 1 else (run / SFT, "sft/step")
+    _check_log(run, checkpoint, file, key, n, f"comes after step {n}")
+
+
+def _check_log(run: Path, checkpoint: Path, file: Path, key: str, n: int, after: str) -> None:
+    """``ConfigError`` unless ``file`` holds a row with each ``key`` 1…``n``."""
     if n == 0:
         return
     name = checkpoint.relative_to(run) if checkpoint.is_relative_to(run) else checkpoint
@@ -94,7 +103,7 @@ def check_logs(run: Path, checkpoint: Path) -> None:
             return
         gap = f"lacks steps {_spans(missing)}"
     raise ConfigError(
-        f"--resume: {file} {gap}, and {name} comes after step {n}: the run's files disagree; "
+        f"--resume: {file} {gap}, and {name} {after}: the run's files disagree; "
         f"put the run's {file.name} back, or start over with --overwrite"
     )
 

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.jsonl import dumps
 
@@ -162,6 +162,13 @@ class RewardBreakdown(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+
+    @field_validator("total", "normalized", mode="before")
+    @classmethod
+    def _a_number_not_a_flag(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # JSON true would read as 1.0: a number was meant, or a bug wrote it
+            raise ValueError(f"a reward is a number, not {str(v).lower()}")
+        return v
 
     @model_validator(mode="after")
     def _check_status(self) -> RewardBreakdown:

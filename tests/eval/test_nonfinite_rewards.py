@@ -77,6 +77,7 @@ BAD = {
     "total NaN": (_set("total", NAN), "reward.total", "finite number (got nan)"),
     "total -inf": (_set("total", -INF), "reward.total", "finite number (got -inf)"),
     "total outside its criteria": (_set("total", 7.0), "reward", "total 7 is outside [-1, 2]"),
+    "normalized true": (_set("normalized", True), "reward.normalized", "a reward is a number, not true"),
     "score NaN": (_set_score(NAN), "reward.criteria.0.score", "finite number"),
     "score 2": (_set_score(2.0), "reward.criteria.0.score", "less than or equal to 1"),
 }

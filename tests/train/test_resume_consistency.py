@@ -102,3 +102,24 @@ def test_a_warm_start_checkpoint_needs_the_warm_start_losses_before_it(tmp_path)
     save_checkpoint(run.checkpoints_dir, 1, {"w": torch.zeros(3)})
     assert run.resume_checkpoint() == run.checkpoint_dir(1)
     assert json.loads((run.checkpoint_dir(1) / "meta.json").read_text())["step"] == 1
+
+
+def test_an_rl_checkpoint_of_a_warm_started_run_needs_the_warm_start_losses_too(tmp_path):
+    """A run that warm-started (its config.json says sft_steps: 2) logged those steps before any RL
+    checkpoint: without them a resume would end with a report that lacks the warm start's curve."""
+    run = RunDir(tmp_path)
+    run.tokenizer_dir.mkdir()
+    (run.tokenizer_dir / "tokenizer.json").write_text("{}")
+    run.config_file.write_text(json.dumps({"sft_steps": 2, "steps": 4}))
+    save_checkpoint(run.checkpoints_dir, 1, {"w": torch.zeros(3)})
+    run.append_metrics({"step": 1})
+    with pytest.raises(
+        ConfigError,
+        match=r"sft\.jsonl is missing, and checkpoints/step_00001 comes after the warm start's 2 steps",
+    ):
+        run.resume_checkpoint()
+    run.append_sft({"sft/step": 1, "sft/loss": 1.0})
+    with pytest.raises(ConfigError, match=r"sft\.jsonl lacks steps 2, and checkpoints/step_00001"):
+        run.resume_checkpoint()
+    run.append_sft({"sft/step": 2, "sft/loss": 1.0})
+    assert run.resume_checkpoint() == run.checkpoint_dir(1)
