@@ -598,3 +598,18 @@ def test_update_profile(capsys: pytest.CaptureFixture[str]) -> None:
     # the parts add up to the whole (the rest is what the hooks do not cover)
     total = parts.pop("total")[0]
     assert abs(sum(p[0] for p in parts.values()) - total) < 0.02 + 0.01 * total, out
+
+
+@pytest.mark.slow
+@smoke("stop_latency")
+def test_stop_latency(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from tests.bench import stop_latency
+
+    argv = ["--signal", "SIGTERM", "--sampler", "thread", "--steps", "3", "--sft-steps", "1"]
+    stop_latency.main([*argv, "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    row = lines(out, "| SIGTERM | thread |")
+    assert len(row) == 1, out
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    assert cells[4] == "143" and cells[5] == "no", out  # stopped by the signal, one line, no traceback
+    assert 0 <= float(cells[2]) <= float(cells[3]), out
