@@ -199,7 +199,15 @@ def _run(args: argparse.Namespace) -> int:
         from agentrl.errors import ConfigError
 
         raise ConfigError(f"{src}: holds no trajectories: nothing to judge")
-    judged = score_trajectories(trajectories, rubric, config)
+    from agentrl.train.progress import make_progress
+
+    progress = make_progress(live=True)  # a bar on a terminal; lines in a log (every tenth, every 30 s)
+    try:
+        with progress.counted("judge") as count:
+            count.total(len(trajectories))
+            judged = score_trajectories(trajectories, rubric, config, on_done=lambda _: count.advance())
+    finally:
+        progress.close()
     with naming(out):
         write_trajectories(out, judged)
     s = summarize(t.reward for t in judged)

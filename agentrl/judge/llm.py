@@ -18,7 +18,7 @@ import asyncio
 import os
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,15 +300,27 @@ class Judge:
         )
 
     async def score_many(
-        self, items: Sequence[tuple[Trajectory, Rubric]], *, dedup: bool = True
+        self,
+        items: Sequence[tuple[Trajectory, Rubric]],
+        *,
+        dedup: bool = True,
+        on_done: Callable[[RewardBreakdown], None] | None = None,
     ) -> list[RewardBreakdown]:
         """Grade many (trajectory, rubric) pairs concurrently (``config.concurrency`` calls in flight);
-        identical ones are judged once (``dedup``)."""
+        identical ones are judged once (``dedup``). ``on_done(reward)`` as each one is graded (a
+        progress count)."""
         if self.config.model is None:
             for _, rubric in items:
                 if not rubric.is_deterministic:
                     raise _no_model(rubric)
-        return list(await asyncio.gather(*(self.score(t, r, dedup=dedup) for t, r in items)))
+
+        async def one(t: Trajectory, r: Rubric) -> RewardBreakdown:
+            reward = await self.score(t, r, dedup=dedup)
+            if on_done is not None:
+                on_done(reward)
+            return reward
+
+        return list(await asyncio.gather(*(one(t, r) for t, r in items)))
 
 
 def _no_model(rubric: Rubric) -> MissingSetting:
@@ -362,11 +374,13 @@ def score_trajectories(
     config: JudgeConfig,
     *,
     base_dir: str | Path = ".",
+    on_done: Callable[[RewardBreakdown], None] | None = None,
 ) -> list[Trajectory]:
     """Score trajectories synchronously; returns copies with ``reward`` filled in (judge errors
     included) and the rubric that scored them recorded (``record_reward``).
 
-    ``rubric`` overrides the rubric each trajectory records in ``info["rubric"]``.
+    ``rubric`` overrides the rubric each trajectory records in ``info["rubric"]``; ``on_done(reward)``
+    as each one is graded.
     """
     loaded: dict[str, Rubric] = {}
     items: list[tuple[Trajectory, Rubric]] = []
@@ -380,7 +394,7 @@ def score_trajectories(
             loaded[spec] = r
         items.append((t, r))
     with make_judge(config) as judge:
-        rewards = run_sync(judge.score_many(items))
+        rewards = run_sync(judge.score_many(items, on_done=on_done))
     out = []
     for (t, r), reward in zip(items, rewards, strict=True):
         copy = t.model_copy(update={"info": dict(t.info)})

@@ -5,7 +5,8 @@ judge, update) and reward, checkpoints and the summary.
 ``make_progress(live=True)`` draws a rich display when stderr is a terminal; otherwise, and with
 ``live=False`` (``agentrl train --no-progress``), it prints plain lines: one when a phase starts and
 one when it ends, the warm start's loss every tenth of its steps, one line per RL step, and a
-counted phase's count (``agentrl rollout``'s episodes) every tenth and at least every 30 s. All of
+counted phase's count (``agentrl rollout``'s episodes, ``agentrl judge``'s trajectories) every
+tenth and at least every 30 s once it has run 2 s. All of
 it goes to stderr, so stdout keeps only the run's JSON summary. Ranks other than 0 get
 ``Progress``, which shows nothing.
 """
@@ -56,11 +57,14 @@ class Counter:
 
 
 class _LineCounter(Counter):
-    """A line at every tenth of the total, and at least every ``every_s`` seconds."""
+    """A line at every tenth of the total, and at least every ``every_s`` seconds, once the phase has
+    run ``QUIET_S`` seconds (a phase shorter than that prints nothing: a small file's judge)."""
+
+    QUIET_S = 2.0
 
     def __init__(self, name: str, say: Callable[[str], None], every_s: float = 30.0) -> None:
         self.name, self._say, self._every = name, say, every_s
-        self.done, self._n = 0, 0
+        self.done, self._n, self.shown = 0, 0, 0
         self._t0 = self._last = time.perf_counter()
 
     def total(self, n: int) -> None:
@@ -69,11 +73,18 @@ class _LineCounter(Counter):
     def advance(self, info: str = "") -> None:
         self.done += 1
         now = time.perf_counter()
+        if now - self._t0 < self.QUIET_S:
+            return
         tenth = self._n and self.done * 10 // self._n > (self.done - 1) * 10 // self._n
-        if tenth or now - self._last >= self._every:
+        if tenth or now - self._last >= self._every or not self.shown:
             self._last = now
+            self.shown += 1
             count = f"{self.done}/{self._n}" if self._n else str(self.done)
             self._say(f"{self.name} {count}" + (f" · {info}" if info else "") + f" ({_s(now - self._t0)})")
+
+    def end(self) -> None:
+        if self.shown:
+            self._say(f"{self.name}: {self.done} done in {_s(time.perf_counter() - self._t0)}")
 
 
 class _BarCounter(Counter):
@@ -144,9 +155,8 @@ class LineProgress(Progress):
     @contextmanager
     def counted(self, name: str) -> Iterator[Counter]:
         counter = _LineCounter(name, self._print)
-        self._print(f"{name} ...")
         yield counter
-        self._print(f"{name}: {counter.done} done in {_s(time.perf_counter() - counter._t0)}")
+        counter.end()
 
     def sft(self, k: int, total: int, loss: float | None = None) -> None:
         if k == 0 or self._sft_t0 is None:
