@@ -91,6 +91,12 @@ class WarmStart:
                 if self.log is not None:
                     self.log.sft(k, loss)
                 self.report.sft(k, cfg.sft_steps, loss)
+                if loss == 0.0 and k == start + 1:  # −log p is never exactly 0 where a token is learned
+                    self.report.note(
+                        f"warning: warm start step {k} had no token to learn from: its trajectories have "
+                        f"no policy turn within rollout.max_len ({cfg.rollout.max_len}); are the task "
+                        "prompts longer than max_len?"
+                    )
                 if every and k % every == 0 and k < cfg.sft_steps:
                     self.save_warm(k)  # type: ignore[attr-defined]
                 if k < cfg.sft_steps:  # every rank stops here, between steps (all agree)

@@ -173,3 +173,25 @@ def test_the_long_horizon_example_needs_and_has_context_management():
     assert cfg.rollout.context.strategy == "drop_observations" and cfg.rollout.max_len <= 1536
     assert cfg.sft_steps > 0 and cfg.steps > 0
     assert (cfg.eval.split, cfg.eval.before_train, cfg.eval.at_end) == ("heldout", True, True)
+
+
+def test_a_warm_start_with_nothing_within_max_len_says_so(tmp_path, capsys):
+    """A task prompt longer than max_len leaves the warm start no token to learn (loss 0.0000): a
+    line says why, where it printed the zero loss alone (issue 35, row 4's suite of a 3 MB prompt)."""
+    import yaml
+
+    from agentrl.cli import main
+    from tests.train.learning_signal import config_dict
+
+    cfg = tmp_path / "c.yaml"
+    data = config_dict(output_dir=str(tmp_path / "run"), steps=0, sft_steps=2)
+    data["rollout"]["max_len"] = 16  # shorter than any prompt
+    data["rollout"]["max_new_tokens"] = 8
+    cfg.write_text(yaml.safe_dump(data))
+    assert main(["train", str(cfg), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "warm start 1/2: loss 0.0000" in err
+    assert (
+        "warning: warm start step 1 had no token to learn from: its trajectories have no policy turn within rollout.max_len (16)"
+        in err
+    )
