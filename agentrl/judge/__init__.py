@@ -1,7 +1,7 @@
 """The rubric judge: rubric YAML, deterministic graders, the LLM judge (litellm), mapping and aggregation.
 
-Layer 1: imports only ``agentrl.trajectory`` and ``agentrl.errors``. litellm is imported on the
-first LLM call, never here, so importing this package is cheap.
+Layer 1 (what it may import: docs/architecture.md). litellm is imported on the first LLM call,
+never here, so importing this package is cheap.
 
 >>> from agentrl.judge import load_rubric, score_deterministic
 >>> rubric = load_rubric("rubrics/alphabet-2025-q1-cloud-offline.yaml")  # doctest: +SKIP

@@ -2,7 +2,7 @@
 optimisers and the checkpoints) and by ``agentrl.replay`` / ``agentrl.explain`` (which recompute it
 from stored trajectories): the algorithm settings, the batch with its reward placement, the
 advantages, the policy/critic models and their forward passes, and a critic rebuilt from a
-checkpoint (layer 2: imports tokens, algos, trajectory, judge, rundir).
+checkpoint (layer 2).
 
 Names are imported on first use, so ``import agentrl.learn`` does not import torch.
 """

@@ -1,4 +1,5 @@
-"""Training (layer 4): PPO and GRPO on transformers models — config, models, rollouts, updates, logs.
+"""Training (layer 4): PPO and GRPO on transformers models — the loop, its config, the models, the
+warm start, checkpoints, logs and the ranks of a distributed run.
 
 ``Trainer(load_train_config("examples/quickstart.yaml")).run()`` or ``agentrl train CONFIG.yaml``.
 Names are imported on first use, so that the config and its checks load without torch.
