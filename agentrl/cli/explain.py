@@ -15,6 +15,8 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from agentrl.learn.algorithm import ESTIMATORS
+
     p = sub.add_parser(
         "explain",
         help="show token by token the scores, KL, rewards, values, δ, advantages and returns",
@@ -47,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--algorithm",
-        choices=("ppo", "grpo", "rloo", "reinforce_pp"),
+        choices=ESTIMATORS,
         help="advantage estimator (default: the run's, else ppo with --critic, else grpo)",
     )
     add_expansion_args(p)
@@ -167,7 +169,7 @@ def _explain_stored(args: argparse.Namespace):
         values_from = "stored run" if "values" in entry else values_from
         if gap is not None:
             notes.append(f"rebuilt advantages match the stored ones to {gap:.2g}")
-    if a.name != "ppo":
+    if not a.needs_critic:
         values_from = "none (advantages are group-relative)"
     return explain_trajectory(
         traj,

@@ -20,6 +20,7 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``replay`` command."""
     from agentrl.cli.judge import add_response_format
+    from agentrl.learn.algorithm import ESTIMATORS
 
     p = sub.add_parser(
         "replay",
@@ -52,9 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--run", metavar="RUN_DIR", help="a training run: tokenizer, config, stored values")
     t.add_argument("--critic", metavar="PATH", help="a PPO checkpoint whose critic gives the values")
-    t.add_argument(
-        "--algorithm", choices=("ppo", "grpo", "rloo", "reinforce_pp"), help="default: the run's, else grpo"
-    )
+    t.add_argument("--algorithm", choices=ESTIMATORS, help="default: the run's, else grpo")
     add_expansion_args(t)
     t.add_argument(
         "--raw-reward", action="store_true", help="train on the rubric total, not its normalised score"
@@ -180,7 +179,7 @@ def _tensors(args: argparse.Namespace, trajs: list[Any]) -> dict[str, Any]:
         "algorithm": a.name,
         "gamma": a.gamma,
         "lam": a.lam,
-        "values_from": rebuilt.values_from if a.name == "ppo" else None,
+        "values_from": rebuilt.values_from if a.needs_critic else None,
         "dropped_judge_error": int(rebuilt.stats["train/dropped_judge_error"]),
         "dropped_untrainable": int(rebuilt.stats["train/dropped_untrainable"]),
         "notes": settings.notes,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -83,13 +83,25 @@ class RolloutCorrectionConfig(_Block):
         return self
 
 
+#: The advantage estimators ``algorithm.name`` takes (the CLI's ``--algorithm`` choices come from here).
+Estimator = Literal["ppo", "grpo", "rloo", "reinforce_pp"]
+ESTIMATORS: tuple[str, ...] = get_args(Estimator)
+#: The estimators that need a critic (values for GAE); the others are baselines over a group or batch.
+CRITIC_ESTIMATORS = frozenset({"ppo"})
+
+
 class AlgorithmConfig(BaseModel):
     """The ``algorithm`` block of a training config: the advantage estimator, its losses and the
     batching of the update. The trainer and ``agentrl replay`` validate the same class."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    name: Literal["ppo", "grpo", "rloo", "reinforce_pp"] = Field("grpo", description="advantage estimator")
+    @property
+    def needs_critic(self) -> bool:
+        """Whether this estimator needs a critic's values (``CRITIC_ESTIMATORS``)."""
+        return self.name in CRITIC_ESTIMATORS
+
+    name: Estimator = Field("grpo", description="advantage estimator")
     gamma: float = Field(1.0, ge=0, le=1, description="discount γ")
     lam: float = Field(0.95, ge=0, le=1, description="GAE λ (PPO)")
     norm_adv_by_std: bool = Field(True, description="GRPO: divide by the group std (False = Dr. GRPO)")

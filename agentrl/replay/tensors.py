@@ -196,7 +196,7 @@ def rebuild_batch(
     ids = {id(t): i for i, t in enumerate(trajs)}
     index = [ids[id(t)] for t in keep]
     values_from = "zero"
-    if cfg.name == "ppo":
+    if cfg.needs_critic:
         values = None
         if critic is not None:
             with torch.no_grad():

@@ -154,7 +154,7 @@ def build_models(cfg: TrainConfig, vocab_size: int, device: torch.device) -> Mod
     uses_ref = a.kl_in_reward or a.kl_loss_coef > 0
     ref = frozen_copy(policy) if uses_ref and not lora else None
     critic = None
-    if a.name == "ppo":
+    if a.needs_critic:
         critic = ValueModel.from_policy(policy, shared=cfg.model.critic_backbone == "shared")
         critic.to(device)
         broadcast_parameters(critic)
