@@ -28,7 +28,6 @@ rank that left would leave the others waiting in a collective for it.
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import logging
 import signal
@@ -62,6 +61,8 @@ _INNER = threading.Event()  # set while stop points inside a phase may raise
 _SIGNAL = ["SIGTERM"]  # the signal that asked (read by the stop point that raises)
 _DEPTH = [0]  # how many stops_on_signals blocks the main thread is in
 _HONOURED = threading.Event()  # a stop point raised: the stop is under way (its clean-up must not be cut)
+_ENDING = threading.Event()  # a block is putting its handlers back
+_LOCK = threading.Lock()  # held while a grace timer signals, and while a block puts its handlers back
 _TIMERS: list[threading.Timer] = []  # the grace timers of this block's SIGTERMs (cancelled when it ends)
 
 #: Seconds a SIGTERM waits for a stop point before it stops the main thread wherever it is (a phase
@@ -120,6 +121,8 @@ def _say(line: str) -> None:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    if _ENDING.is_set():  # the block is putting its handlers back: the command is ending anyway
+        return
     if _REQUESTED.is_set() and _SIGNAL[0] == "SIGTERM":  # asked twice: stop now
         raise RunInterrupted("", signal="SIGTERM")
     request_stop("SIGTERM")
@@ -133,10 +136,14 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _overdue() -> None:
-    """No stop point was reached within ``GRACE_S``: the SIGTERM handler runs again in the main
-    thread, as a second SIGTERM, and raises wherever that thread is."""
-    if _REQUESTED.is_set() and not _HONOURED.is_set() and _INNER.is_set():
-        _thread.interrupt_main(signal.SIGTERM)
+    """No stop point was reached within ``GRACE_S``: a second SIGTERM to the main thread, whose
+    handler raises wherever that thread is. A real signal, not ``_thread.interrupt_main``: it also
+    wakes a main thread blocked in a system call (an event loop waiting for an HTTP reply). Under
+    ``_LOCK``, so that the block's handlers are never put back between the check and the signal
+    (Python's default SIGTERM would end the process without its summary)."""
+    with _LOCK:
+        if _REQUESTED.is_set() and not (_HONOURED.is_set() or _ENDING.is_set()) and _INNER.is_set():
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)  # type: ignore[arg-type]
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -167,16 +174,24 @@ def stops_on_signals(inner: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in zip((signal.SIGTERM, signal.SIGINT), previous, strict=True):
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        if was_inner:
-            _INNER.set()
-        else:
-            _INNER.clear()
-        _DEPTH[0] -= 1
-        if not _DEPTH[0]:
-            for timer in _TIMERS:  # a later block's stop is not this one's
-                timer.cancel()
-            _TIMERS.clear()
-            _REQUESTED.clear()
-            _HONOURED.clear()
+        _ENDING.set()  # a grace timer or a late SIGTERM must not raise inside the restore below
+        with _LOCK:  # a grace timer firing now has signalled before the handlers go, or does not
+            _restore(previous, was_inner)
+
+
+def _restore(previous: tuple[Any, Any], was_inner: bool) -> None:
+    """The end of a ``stops_on_signals`` block: its handlers put back, the outermost one's state cleared."""
+    for sig, handler in zip((signal.SIGTERM, signal.SIGINT), previous, strict=True):
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if was_inner:
+        _INNER.set()
+    else:
+        _INNER.clear()
+    _DEPTH[0] -= 1
+    if not _DEPTH[0]:
+        for timer in _TIMERS:  # a later block's stop is not this one's
+            timer.cancel()
+        _TIMERS.clear()
+        _REQUESTED.clear()
+        _HONOURED.clear()
+    _ENDING.clear()

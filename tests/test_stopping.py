@@ -128,3 +128,14 @@ def test_a_grace_timer_never_reaches_into_a_later_block():
         t0 = time.monotonic()
         while time.monotonic() - t0 < stopping.GRACE_S + 0.5:  # the first block's timer would fire here
             sum(range(100))
+
+
+def test_the_grace_wakes_a_main_thread_blocked_in_a_system_call():
+    """An event loop waiting for an HTTP reply sits in a system call: the grace is a real signal to
+    the main thread, which wakes it (``_thread.interrupt_main`` only raised when the call returned:
+    59 s for a server that answered after 60)."""
+    with stops_on_signals(), pytest.raises(RunInterrupted):
+        t0 = time.monotonic()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(20)  # one blocking call
+    assert time.monotonic() - t0 < stopping.GRACE_S + 2

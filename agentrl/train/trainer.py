@@ -405,11 +405,12 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         says where ``--resume`` goes on from."""
         sig = e.signal if isinstance(e, RunInterrupted) else "SIGINT"
         latest = RunDir(self.out).latest_checkpoint()
-        where = (
-            f"--resume goes on from checkpoints/{latest.name}"
-            if latest is not None
-            else "no checkpoint yet: --resume starts the run over"
-        )
+        if latest is not None:
+            where = f"--resume goes on from checkpoints/{latest.name}"
+        elif not self.out.exists():  # stopped in the setup of a fresh run, which removes what it began
+            where = "stopped during its setup, so nothing was kept: run the same command again"
+        else:
+            where = "no checkpoint yet: --resume starts the run over"
         log = getattr(self, "log", None)  # None too when setup did not get that far
         if log is not None:
             try:

@@ -125,3 +125,24 @@ def test_a_stop_ends_an_episode_before_its_next_turn():
     with stops_on_signals(), pytest.raises(RunInterrupted) as e:
         asyncio.run(run_episode(ResearchEnv(ENV_CONFIG), spec, gen))
     assert turns == [0] and _frames(e.value)[-2:] == ["run_episode", "stop_point"]
+
+
+def test_a_stop_during_a_fresh_runs_setup_says_to_run_it_again(tmp_path, monkeypatch):
+    """The setup of a fresh run removes what it began when it fails or is stopped: the line must not
+    send the user to --resume (which then said the directory does not exist)."""
+
+    def wrap(collect):
+        def stopped(*a, **kw):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return collect(*a, **kw)
+
+        return stopped
+
+    monkeypatch.setattr(
+        trainer_module, "collect_oracle_trajectories", wrap(trainer_module.collect_oracle_trajectories)
+    )
+    t = Trainer(train_config(tmp_path, steps=1, sft_steps=2), progress=False)
+    with pytest.raises(RunInterrupted) as e:
+        t.run()
+    assert str(e.value).endswith("stopped during its setup, so nothing was kept: run the same command again")
+    assert not (tmp_path / "run").exists()
