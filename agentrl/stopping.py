@@ -46,7 +46,6 @@ __all__ = [
     "request_stop",
     "stop_point",
     "stop_requested",
-    "stopped_by",
     "stops_on_signals",
 ]
 
@@ -93,16 +92,11 @@ def stop_requested() -> bool:
     return _REQUESTED.is_set()
 
 
-def stopped_by() -> str:
-    """The signal that asked for the stop (``SIGTERM`` when none did)."""
-    return _SIGNAL[0]
-
-
 def stop_point() -> None:
     """A place where a phase may end: raises ``RunInterrupted`` once a stop was asked for, where the
     handlers of ``stops_on_signals`` are installed with ``inner`` (the default)."""
     if _REQUESTED.is_set() and _INNER.is_set():
-        _HONOURED.set()
+        _HONOURED.set()  # the grace timer stands down: the clean-up that follows must not be cut
         raise RunInterrupted("", signal=_SIGNAL[0])
 
 
@@ -113,6 +107,13 @@ def check_stop(requested: bool | None = None) -> None:
     if stop_requested() if requested is None else requested:
         _HONOURED.set()
         raise RunInterrupted("", signal=_SIGNAL[0])
+
+
+def _set_inner(inner: bool) -> None:
+    if inner:
+        _INNER.set()
+    else:
+        _INNER.clear()
 
 
 def _say(line: str) -> None:
@@ -166,10 +167,7 @@ def stops_on_signals(inner: bool = True) -> Iterator[None]:
         _HONOURED.clear()
     _DEPTH[0] += 1
     was_inner = _INNER.is_set()
-    if inner:
-        _INNER.set()
-    else:
-        _INNER.clear()
+    _set_inner(inner)
     previous = signal.signal(signal.SIGTERM, _on_sigterm), signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
@@ -183,10 +181,7 @@ def _restore(previous: tuple[Any, Any], was_inner: bool) -> None:
     """The end of a ``stops_on_signals`` block: its handlers put back, the outermost one's state cleared."""
     for sig, handler in zip((signal.SIGTERM, signal.SIGINT), previous, strict=True):
         signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-    if was_inner:
-        _INNER.set()
-    else:
-        _INNER.clear()
+    _set_inner(was_inner)
     _DEPTH[0] -= 1
     if not _DEPTH[0]:
         for timer in _TIMERS:  # a later block's stop is not this one's
