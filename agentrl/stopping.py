@@ -21,6 +21,10 @@ where nothing is installed, ``stop_point`` never raises):
   stop point comes within ``GRACE_S`` (a phase without them: a tokenizer, a report's rendering), it
   raises in the main thread wherever that is, as Ctrl-C would; so does a second SIGTERM.
 
+A thread that waits on a call which may block for long (a web tool, an LLM judge on a server that
+answers late) runs it with ``in_background`` and waits with ``wait``: the wait is a stop point every
+0.1 s, and the call's daemon thread, left blocked in its socket, does not hold the process's exit.
+
 ``inner=False`` keeps the flag but makes ``stop_point`` a no-op: a process of a distributed run
 must stop where every rank stops (between steps, agreed by a collective: ``agentrl.train``), or a
 rank that left would leave the others waiting in a collective for it.
@@ -28,13 +32,15 @@ rank that left would leave the others waiting in a collective for it.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from agentrl.errors import RunInterrupted
 
@@ -43,11 +49,15 @@ __all__ = [
     "ACKNOWLEDGE_BETWEEN_STEPS",
     "RunInterrupted",
     "check_stop",
+    "in_background",
     "request_stop",
     "stop_point",
     "stop_requested",
     "stops_on_signals",
+    "wait",
 ]
+
+T = TypeVar("T")
 
 ACKNOWLEDGE = "agentrl: SIGTERM received: stopping within a second (send it again to stop now)"
 ACKNOWLEDGE_BETWEEN_STEPS = (
@@ -107,6 +117,47 @@ def check_stop(requested: bool | None = None) -> None:
     if stop_requested() if requested is None else requested:
         _HONOURED.set()
         raise RunInterrupted("", signal=_SIGNAL[0])
+
+
+#: Seconds between the stop points of ``wait``.
+WAIT_SLICE_S = 0.1
+
+
+def in_background(
+    fn: Callable[..., T], *args: Any, name: str = "agentrl-call", **kwargs: Any
+) -> cf.Future[T]:
+    """``fn(*args, **kwargs)`` on a daemon thread of its own, as a future (wait on it with ``wait``).
+    Unlike a ``ThreadPoolExecutor``'s thread, which the interpreter joins at exit, a call left blocked
+    in I/O after a stop (a web server that answers in a minute) does not keep the process alive."""
+    future: cf.Future[T] = cf.Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # handed to the waiting thread, which raises it
+            future.set_exception(e)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def wait(future: cf.Future[T], timeout: float | None = None) -> T:
+    """``future.result(timeout)`` with a stop point every ``WAIT_SLICE_S``: a thread waiting on a call
+    that may block for long leaves at a stop instead of when the call returns. Raises
+    ``concurrent.futures.TimeoutError`` once ``timeout`` seconds passed, and what the call raised."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        stop_point()
+        left = WAIT_SLICE_S if deadline is None else min(WAIT_SLICE_S, deadline - time.monotonic())
+        if left <= 0 and not future.done():
+            raise cf.TimeoutError
+        try:
+            return future.result(timeout=max(left, 0.0))
+        except cf.TimeoutError:
+            if future.done():  # the call itself raised a TimeoutError (a socket's): it is the call's
+                raise
 
 
 def _set_inner(inner: bool) -> None:

@@ -5,9 +5,11 @@ a second SIGTERM raises at once, and a distributed run's processes stop only whe
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import logging
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -18,10 +20,12 @@ from agentrl.stopping import (
     ACKNOWLEDGE_BETWEEN_STEPS,
     RunInterrupted,
     check_stop,
+    in_background,
     request_stop,
     stop_point,
     stop_requested,
     stops_on_signals,
+    wait,
 )
 
 
@@ -139,3 +143,33 @@ def test_the_grace_wakes_a_main_thread_blocked_in_a_system_call():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(20)  # one blocking call
     assert time.monotonic() - t0 < stopping.GRACE_S + 2
+
+
+def test_a_wait_on_a_blocked_call_is_a_stop_point_and_its_thread_holds_no_exit():
+    """A thread waiting on a call blocked in I/O (a web tool, a late judge) leaves at a stop; the call's
+    thread is a daemon, which the interpreter's exit does not join."""
+    with stops_on_signals():
+        fut = in_background(time.sleep, 30, name="agentrl-test-call")
+        (call,) = [t for t in threading.enumerate() if t.name == "agentrl-test-call"]
+        assert call.daemon
+        threading.Timer(0.2, request_stop).start()
+        t0 = time.monotonic()
+        with pytest.raises(RunInterrupted):
+            wait(fut)
+        assert time.monotonic() - t0 < 0.2 + 3 * stopping.WAIT_SLICE_S + 0.3
+
+
+def test_a_wait_times_out_and_passes_on_what_the_call_returned_or_raised():
+    t0 = time.monotonic()
+    with pytest.raises(cf.TimeoutError):
+        wait(in_background(time.sleep, 5), timeout=0.25)
+    assert 0.25 <= time.monotonic() - t0 < 1.0
+    assert wait(in_background(lambda a, b=0: a + b, 2, b=3), timeout=5) == 5
+
+    def socket_timeout():
+        raise TimeoutError("the socket timed out")
+
+    with pytest.raises(TimeoutError, match="socket"):  # the call's own TimeoutError, not the wait's
+        wait(in_background(socket_timeout), timeout=5)
+    with pytest.raises(ValueError, match="bad"):
+        wait(in_background(int, "bad"))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import math
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -37,12 +38,14 @@ from agentrl.env.tools import (
     system_prompt,
 )
 from agentrl.errors import ConfigError, RubricError
+from agentrl.stopping import in_background, wait
 from agentrl.trajectory import FunctionCall, Message, RewardBreakdown, ToolCall, Trajectory
 from agentrl.trajectory.outcome import ANSWERED, RUNNING, UNANSWERED, unanswered_reward
 
 __all__ = ["ResearchEnv"]
 
-_EXECUTOR = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="agentrl-tool")
+#: Web tool calls in flight at once in this process (more wait for a slot, inside their timeout).
+_TOOL_SLOTS = threading.BoundedSemaphore(32)
 _COUNTERS = (
     "tool_calls",
     "format_errors",
@@ -406,9 +409,11 @@ class ResearchEnv(gymnasium.Env[str, str]):
             if self._local_tools:
                 text = self._tool_result(name, args)
             else:
-                fut = _EXECUTOR.submit(self._tool_result, name, args)
+                # A daemon thread, waited on with stop points: a stop does not wait for a web server
+                # that answers late (agentrl.stopping).
+                fut = in_background(self._slotted_tool, name, args, name="agentrl-tool")
                 try:
-                    text = fut.result(timeout=self.config.budgets.tool_timeout_s)
+                    text = wait(fut, timeout=self.config.budgets.tool_timeout_s)
                 except cf.TimeoutError:
                     self.counts["tool_timeouts"] += 1
                     raise ToolFailure(
@@ -423,6 +428,10 @@ class ResearchEnv(gymnasium.Env[str, str]):
         finally:
             entry["seconds"] = round(time.monotonic() - t0, 4)
             self.tool_log.append(entry)
+
+    def _slotted_tool(self, name: str, args: dict[str, Any]) -> str:
+        with _TOOL_SLOTS:
+            return self._tool_result(name, args)
 
     def _tool_result(self, name: str, args: dict[str, Any]) -> str:
         assert self.task is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from agentrl.stopping import in_background, wait
 from agentrl.trajectory import RewardBreakdown, Trajectory
 
 __all__ = ["is_deterministic", "rubric_for", "score_report", "score_trajectory_llm", "turn_credit"]
@@ -93,12 +94,6 @@ def score_trajectory_llm(
         with make_judge(cfg, source="env judge") as judge:
             return asyncio.run(judge.score(trajectory, rubric))
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return run()
-    # step() called from inside an event loop: asyncio.run needs a thread of its own.
-    import concurrent.futures as cf
-
-    with cf.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(run).result()
+    # On a thread of its own (asyncio.run needs one when step() is called inside an event loop), waited
+    # on with stop points: a stop does not wait for a judge's server that answers late.
+    return wait(in_background(run, name="agentrl-judge"))

@@ -37,6 +37,7 @@ from agentrl.judge.prompt import JudgeInput, build_messages, judge_input, prompt
 from agentrl.judge.record import record_reward, resolve_rubric
 from agentrl.judge.rubric import Criterion, Rubric
 from agentrl.judge.score import breakdown, map_verdict
+from agentrl.stopping import in_background, wait
 from agentrl.trajectory import (
     VERDICTS,
     CriterionScore,
@@ -351,21 +352,9 @@ def run_sync(coro: Any) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coro)
-    # Called from inside an event loop (a notebook): run on a private loop in a thread.
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as e:  # re-raised in the caller's thread
-            box["error"] = e
-
-    th = threading.Thread(target=target)
-    th.start()
-    th.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    # Called from inside an event loop (a notebook): on a private loop in a thread of its own, waited on
+    # with stop points (a stop does not wait for a judge's server that answers late).
+    return wait(in_background(asyncio.run, coro, name="agentrl-judge"))
 
 
 def score_trajectories(
