@@ -3,8 +3,10 @@
 ``python -m agentrl.train.research_base --out DIR`` writes a transformers directory (weights,
 config, tokenizer) and ``card.json``, its model card: the data seeds, the steps, the losses, the
 held-out copy accuracy, the wall time, the CPU and the weights' sha256. ``model.path: DIR`` trains
-it, ``--policy hf:DIR`` samples it. Not shipped yet: the model it makes today researches held-out
-companies up to the figure and then writes a wrong one (BENCHMARKS.md, "A research base").
+it, ``--policy hf:DIR`` samples it. Not shipped yet (BENCHMARKS.md, "A research base"): on
+episodes alone, the model researches held-out companies up to the figure and then writes a wrong
+one; ``drills`` adds copy drills (``agentrl.train.copying``) to every step, the card's
+``heldout_copy`` measures the figures.
 
 What it learns from: oracle episodes (``agentrl.policy.OraclePolicy`` with distractor noise, so
 choosing the official source is left for RL to learn) on ``Recipe.worlds`` generated sandbox worlds
@@ -41,14 +43,13 @@ import torch
 
 from agentrl.learn.models import build_tiny_model
 from agentrl.rundir import file_digest
-from agentrl.tokens import collate
+from agentrl.train.copying import copy_accuracy, copy_drills
 from agentrl.trajectory import Trajectory
 
 __all__ = [
     "ENV",
     "Recipe",
     "Worlds",
-    "copy_accuracy",
     "cpu_name",
     "export_llama",
     "pretrain",
@@ -79,9 +80,11 @@ class Recipe:
     names: str = "sandbox"  # drawn from the sandbox's pieces, never an example's
     noise: float = 0.5
     samples: int = 2  # oracle episodes per task (each draws its noise)
+    drills: int = 8  # copy drills added to each step's batch (agentrl.train.copying), from its worlds
     model: str = "tiny:layers=4,hidden=128,heads=4,kv_heads=2"
     vocab: int = 2048
-    steps: int = 1200
+    decimal_tokens: bool = False  # ".0" one token (agentrl.train.tokenizer.train_chat_tokenizer)
+    steps: int = 1000
     batch: int = 16
     batch_worlds: int = 4  # worlds each step's batch is drawn from
     tokenizer_worlds: int = 8  # the first worlds train the tokenizer
@@ -138,6 +141,7 @@ class Worlds:
     def __init__(self, r: Recipe) -> None:
         self.r = r
         self._episodes: dict[int, list[Trajectory]] = {}
+        self._drills: dict[int, list[Trajectory]] = {}
         self.exclude = example_stems()
 
     def episodes(self, i: int) -> list[Trajectory]:
@@ -148,43 +152,28 @@ class Worlds:
             )
         return self._episodes[i]
 
+    def drills(self, i: int) -> list[Trajectory]:
+        """World ``i``'s copy drills: one per episode that opened a page stating figures (their order
+        drawn from the world's seed)."""
+        if i not in self._drills:
+            self._drills[i] = copy_drills(self.episodes(i), random.Random(self.r.seed * 100_000 + i))
+        return self._drills[i]
+
     def batch(self, rng: random.Random) -> list[Trajectory]:
         """One step's episodes: ``r.batch_worlds`` worlds drawn by ``rng``, then ``r.batch //
-        r.batch_worlds`` episodes of each."""
+        r.batch_worlds`` episodes of each, and ``r.drills // r.batch_worlds`` of its copy drills."""
         r, picked = self.r, []
         for _ in range(r.batch_worlds):
-            eps = self.episodes(rng.randrange(r.worlds))
+            i = rng.randrange(r.worlds)
+            eps = self.episodes(i)
             picked.extend(eps[rng.randrange(len(eps))] for _ in range(r.batch // r.batch_worlds))
+            if r.drills and (drills := self.drills(i)):
+                picked.extend(drills[rng.randrange(len(drills))] for _ in range(r.drills // r.batch_worlds))
         return picked
 
     @property
     def built(self) -> int:
         return len(self._episodes)
-
-
-@torch.no_grad()
-def copy_accuracy(
-    model: torch.nn.Module, expander: Any, trajectories: Sequence[Trajectory], pad_id: int
-) -> float:
-    """Teacher-forced accuracy on the policy's tokens: the share of them that are the model's most
-    likely next token, given the episode so far. On noise-free oracle episodes of companies the model
-    never saw, almost every such token is copied from the question or a tool result."""
-    from agentrl.train.sft import sft_rows
-
-    model.eval()
-    hit = total = 0
-    for i in range(0, len(trajectories), 8):
-        batch = collate(sft_rows(expander, trajectories[i : i + 8]), pad_token_id=pad_id)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        pred, target, mask = (
-            logits[:, :-1].argmax(-1),
-            batch["input_ids"][:, 1:],
-            batch["loss_mask"][:, 1:] > 0,
-        )
-        hit += int(((pred == target) & mask).sum())
-        total += int(mask.sum())
-    model.train()
-    return hit / max(total, 1)
 
 
 def pretrain(
@@ -206,7 +195,7 @@ def pretrain(
     t0 = time.perf_counter()
     worlds = Worlds(r)
     texts = [m.text for i in range(r.tokenizer_worlds) for t in worlds.episodes(i) for m in t.messages]
-    tokenizer = train_chat_tokenizer(texts, r.vocab)
+    tokenizer = train_chat_tokenizer(texts, r.vocab, decimal_tokens=r.decimal_tokens)
     spec = sampling_spec(tokenizer, max_len=r.max_len, max_new_tokens=80)
     expander = spec.expander(tokenizer)
     pad_id = tokenizer.pad_token_id
@@ -297,9 +286,9 @@ def save_base(model: torch.nn.Module, tokenizer: Any, card: dict[str, Any], out:
     )
     seed = card["recipe"]["seed"]
     heldout = world_episodes(0, 6, 0.0, 1)  # the quickstart's six companies: never in the data
-    card["heldout_copy_accuracy"] = round(copy_accuracy(model, expander, heldout, tokenizer.pad_token_id), 4)
+    card["heldout_copy"] = copy_accuracy(model, expander, heldout, tokenizer)
     other = world_episodes(seed * 100_000 + 99_999, 3, 0.0, 1, names="syllables")  # names of another kind
-    card["syllable_copy_accuracy"] = round(copy_accuracy(model, expander, other, tokenizer.pad_token_id), 4)
+    card["syllable_copy"] = copy_accuracy(model, expander, other, tokenizer)
     card["sha256"] = {"model.safetensors": file_digest(out / "model.safetensors")[1]}
     (out / "card.json").write_text(json.dumps(card, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return card
@@ -339,7 +328,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         key, _, value = item.partition("=")
         if key not in defaults:
             ap.error(f"--set {item}: no recipe setting {key!r} (settings: {', '.join(defaults)})")
-        kw[key] = type(defaults[key])(value)
+        if isinstance(defaults[key], bool):
+            if value.lower() not in ("true", "false"):
+                ap.error(f"--set {item}: {key} is true or false")
+            kw[key] = value.lower() == "true"
+        else:
+            kw[key] = type(defaults[key])(value)
     pretrain(Recipe(**kw), args.out, threads=args.threads)
 
 

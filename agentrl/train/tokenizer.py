@@ -56,8 +56,15 @@ def bounded_corpus(
         yield text[start:]
 
 
+#: GPT-2's pre-tokenizing split, with a decimal point and the digit after it kept together (``.0``).
+_DECIMAL_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d|\.\p{N}| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
 def train_chat_tokenizer(
-    texts: Iterable[str], vocab_size: int = 2048, max_token_length: int | None = None
+    texts: Iterable[str],
+    vocab_size: int = 2048,
+    max_token_length: int | None = None,
+    decimal_tokens: bool = False,
 ) -> Any:
     """Train a byte-level BPE on ``texts`` and wrap it as a ``PreTrainedTokenizerFast`` with the
     ChatML template; EOS (the stop token) is ``<|im_end|>``, padding ``<|endoftext|>``.
@@ -66,12 +73,27 @@ def train_chat_tokenizer(
     companies' pages otherwise learns each of their names as one token, which a model can only
     recall; with short tokens, every name (an unseen one too) is a few pieces shared with others,
     which a model can copy. ``texts`` pass through ``bounded_corpus`` first, so training takes
-    seconds whatever they hold."""
+    seconds whatever they hold.
+
+    ``decimal_tokens``: a decimal point and the digit after it are one piece (``$33.0`` is ``33`` and
+    ``.0``), where GPT-2's split makes them two (``33``, ``.``, ``0``). Copying a figure's decimal then
+    follows its integer part (the previous token, a one-step match) instead of a ``.`` that every
+    figure has (a two-step one), which a small model did not learn (``agentrl.train.copying``)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if decimal_tokens:
+        from tokenizers import Regex
+
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_DECIMAL_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -50,3 +50,21 @@ def test_the_bounded_corpus_is_the_texts_cut_at_their_limits(texts, run, cap):
     pieces = list(bounded_corpus(texts, max_text_chars=cap, max_run_chars=run))
     assert "".join(pieces) == "".join(t[:cap] for t in texts)
     assert all(len(w) <= run for p in pieces for w in p.split())
+
+
+def test_decimal_tokens_keep_a_decimal_point_with_its_digit_and_decode_to_the_text():
+    import random
+
+    rng = random.Random(0)
+    texts = [
+        f"Revenue for Q1 2022 was ${rng.randint(1, 99)}.{rng.randint(0, 9)} billion." for _ in range(300)
+    ]
+    text = "Total revenue for Q3 2024 was $41.7 billion, up 3.5% (see v1.2). It's fine"
+    pieces = {}
+    for decimal in (False, True):
+        tok = train_chat_tokenizer(texts, 400, decimal_tokens=decimal)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text
+        pieces[decimal] = [tok.decode([i]) for i in ids]
+    assert ".7" in pieces[True] and ".5" in pieces[True] and "." not in pieces[True][:12]
+    assert ".7" not in pieces[False] and pieces[False][pieces[False].index("41") + 1] == "."
