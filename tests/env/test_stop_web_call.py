@@ -12,29 +12,50 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from agentrl.env import ResearchEnv
 from agentrl.stopping import RunInterrupted, request_stop, stops_on_signals
-from tests.local_http import RecordingServer
+from tests.local_http import start_server
 
 from .conftest import ALPHABET, call
 
 SERVER_DELAY_S = 60.0
 
 
+class _LateServer:
+    """A server on 127.0.0.1 that answers no request: each waits until the test ends, then the
+    connection closes unanswered (silently: a reply written to a client long gone would print a
+    traceback into whichever test is running then)."""
+
+    def __init__(self):
+        self.asked, self.release = threading.Event(), threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _serve(self):
+                server.asked.set()
+                server.release.wait(SERVER_DELAY_S)
+
+            do_GET = do_POST = _serve
+
+        self.httpd = start_server(Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 @pytest.fixture
 def late_server():
-    asked = threading.Event()
-
-    def reply(path):
-        asked.set()
-        time.sleep(SERVER_DELAY_S)
-        return 200, {"Content-Type": "application/json"}, b'{"results": []}'
-
-    server = RecordingServer(reply)
-    server.asked = asked
+    server = _LateServer()
     yield server
     server.close()
 
