@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from agentrl.env.sandbox.world import MONEY
 from agentrl.tokens import collate
 from agentrl.trajectory import Message, Trajectory
 
@@ -31,9 +32,7 @@ DRILL_PROMPT = "Quote the sentence of this page that gives each figure I ask for
 
 # "Total revenue for Q1 2022 was" + "$33.0 billion": a sentence of a release or a filing that states
 # a figure, split before the figure (a preview's "predict revenue of about $31.5 billion" is not one).
-_SENTENCE = re.compile(
-    r"([A-Z][\w-]*(?: [\w-]+)*? (?:for|in) [^.\n$]*? was) (\$\d+(?:\.\d+)? (?:billion|million))"
-)
+_SENTENCE = re.compile(r"([A-Z][\w-]*(?: [\w-]+)*? (?:for|in) [^.\n$]*? was) (" + MONEY.pattern + ")")
 
 
 def figure_sentences(page: str) -> list[tuple[str, str]]:

@@ -144,11 +144,15 @@ class Worlds:
         self._drills: dict[int, list[Trajectory]] = {}
         self.exclude = example_stems()
 
+    def seed(self, i: int) -> int:
+        """The seed of world ``i``: its build, its oracle episodes and its drills' order."""
+        return self.r.seed * 100_000 + i
+
     def episodes(self, i: int) -> list[Trajectory]:
         if i not in self._episodes:
             r = self.r
             self._episodes[i] = world_episodes(
-                r.seed * 100_000 + i, r.companies, r.noise, r.samples, r.names, self.exclude
+                self.seed(i), r.companies, r.noise, r.samples, r.names, self.exclude
             )
         return self._episodes[i]
 
@@ -156,7 +160,7 @@ class Worlds:
         """World ``i``'s copy drills: one per episode that opened a page stating figures (their order
         drawn from the world's seed)."""
         if i not in self._drills:
-            self._drills[i] = copy_drills(self.episodes(i), random.Random(self.r.seed * 100_000 + i))
+            self._drills[i] = copy_drills(self.episodes(i), random.Random(self.seed(i)))
         return self._drills[i]
 
     def batch(self, rng: random.Random) -> list[Trajectory]:

@@ -44,14 +44,14 @@ def test_the_sentences_that_state_a_figure():
         ("Total revenue for Q1 2022 was", "$33.0 billion"),
         ("Net income for Q1 2022 was", "$4.6 billion"),
     ]  # "Logistics revenue was" names no period; a preview's estimate states no result
-    assert figure_sentences("Revenue for Q1 2022 was $3 million. Revenue for Q1 2022 was $3 million.") == [
-        ("Revenue for Q1 2022 was", "$3 million")
-    ]
+    assert figure_sentences(
+        "Revenue for Q1 2022 was $3.0 billion. Revenue for Q1 2022 was $3.0 billion."
+    ) == [("Revenue for Q1 2022 was", "$3.0 billion")]
 
 
 def test_a_drill_asks_for_each_figure_and_answers_with_the_pages_sentence():
     (drill,) = copy_drills(
-        [_episode(), _episode(1, page="One figure: Revenue for Q1 2022 was $3 million.")], random.Random(0)
+        [_episode(), _episode(1, page="One figure: Revenue for Q1 2022 was $3.0 billion.")], random.Random(0)
     )
     system, page, *turns = drill.messages
     assert system.text == "Today is 2022-06-18." and page.text == f"{DRILL_PROMPT}\n\n{PAGE}"

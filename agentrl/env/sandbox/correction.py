@@ -48,13 +48,12 @@ from agentrl.env.sandbox.tasks import (
     rumor_criteria,
     sources,
 )
-from agentrl.env.sandbox.world import Company, Quarter, money, poss
+from agentrl.env.sandbox.world import MONEY, Company, Quarter, money, poss
 
 __all__ = ["FAMILY", "make_corrections", "restated_id"]
 
 FAMILY = "correction"
 _TRIES = 16
-_MONEY = re.compile(r"\$\d+(?:\.\d+)? (?:billion|trillion)")
 #: Words that mark a figure as revised or superseded in the sentence that gives it.
 _REVISED = r"\b(?:restat|revis|correct|amend)\w*"
 #: Words that introduce the figure first reported.
@@ -92,7 +91,7 @@ def _printed(c: Company, qt: Quarter, pages: dict[str, dict[str, Any]]) -> set[s
         f"preview-{c.slug}-fy-{y}",
         f"gossip-{c.slug}-fy-{y}",
     ]
-    return {m.group(0) for i in ids if i in pages for m in _MONEY.finditer(pages[i]["body"])}
+    return {m.group(0) for i in ids if i in pages for m in MONEY.finditer(pages[i]["body"])}
 
 
 def _last_asked(tasks: list[dict[str, Any]]) -> dict[tuple[str, str], str]:

@@ -9,10 +9,21 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-__all__ = ["NAME_SCHEMES", "YEARS", "Company", "Quarter", "make_world", "money", "poss", "sandbox_stems"]
+__all__ = [
+    "MONEY",
+    "NAME_SCHEMES",
+    "YEARS",
+    "Company",
+    "Quarter",
+    "make_world",
+    "money",
+    "poss",
+    "sandbox_stems",
+]
 
 YEARS = (2021, 2022, 2023, 2024, 2025)
 
@@ -108,6 +119,10 @@ _SEGMENTS = [
 def poss(name: str) -> str:
     """The possessive of a name: ``Acme Corp's``, ``Vela Systems'``."""
     return name + ("'" if name.endswith("s") else "'s")
+
+
+#: What ``money`` prints, as a regex.
+MONEY = re.compile(r"\$\d+(?:\.\d+)? (?:billion|trillion)")
 
 
 def money(billions: float) -> str:
