@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentrl.trajectory import Message
+from agentrl.trajectory.tools import TOOLS
 
 __all__ = ["FOREIGN_FORMATS", "NATIVE_FORMATS", "ParseError", "ParsedCall", "ParsedTurn", "parse_turn"]
 
@@ -43,8 +44,9 @@ FOREIGN_FORMATS = {
 }
 
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
-_R1 = re.compile(r"<(search|answer|open_url)>(.*?)</\1>", re.S)
-_R1_OPEN = re.compile(r"<(search|answer|open_url)>", re.S)
+_R1_TAGS = "|".join(map(re.escape, TOOLS))  # a Search-R1 tag per tool: <search>query</search>
+_R1 = re.compile(rf"<({_R1_TAGS})>(.*?)</\1>", re.S)
+_R1_OPEN = re.compile(rf"<({_R1_TAGS})>", re.S)
 _THINK = re.compile(r"<think>.*?</think>", re.S)
 # A JSON text that starts like a call object (or a list of them): ``{"name": ...`` / ``[{"name": ...``.
 _CALL_START = re.compile(r'^\s*\[?\s*\{\s*"name"\s*:')
@@ -117,6 +119,8 @@ def _json_calls(turn: ParsedTurn, text: str, prefix: str, what: str) -> None:
     except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply
         turn.errors.append(ParseError(f"the tool call in {what} is not valid JSON: {e}", text[:200]))
         return
+    if obj == []:  # a marker, then no call at all: a format error, never a turn without calls (a report)
+        turn.errors.append(ParseError(f"the list of tool calls in {what} is empty", text[:200]))
     for obj_i in obj if isinstance(obj, list) else [obj]:
         _add(turn, obj_i, text, f"{prefix}{len(turn.calls) + len(turn.errors)}")
 
@@ -247,7 +251,7 @@ def parse_turn(action: str | Message | dict[str, Any], *, turn_index: int = 0) -
         turn = ParsedTurn(format="search_r1")
         for i, m in enumerate(matches):
             tag, body = m.group(1), m.group(2).strip()
-            key = {"search": "query", "answer": "report", "open_url": "url"}[tag]
+            key = TOOLS[tag].arg
             turn.calls.append(
                 ParsedCall(name=tag, arguments={key: body}, id=f"{prefix}{i}", raw=m.group(0)[:200])
             )

@@ -41,6 +41,7 @@ from agentrl.errors import ConfigError, RubricError
 from agentrl.stopping import in_background, wait
 from agentrl.trajectory import FunctionCall, Message, RewardBreakdown, ToolCall, Trajectory
 from agentrl.trajectory.outcome import ANSWERED, RUNNING, UNANSWERED, unanswered_reward
+from agentrl.trajectory.tools import TOOLS
 
 __all__ = ["ResearchEnv"]
 
@@ -237,7 +238,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
                 self.counts["arg_errors"] += 1
                 out(call.id, call.name, f"Error: bad arguments for {call.name}: {e}. {help_line}")
                 continue
-            if call.name == "answer":
+            if TOOLS[call.name].role == "answer":
                 if cut:
                     out(call.id, call.name, f"Error: {_CUT}; its answer is not taken. Answer again.")
                     continue
@@ -436,7 +437,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
     def _tool_result(self, name: str, args: dict[str, Any]) -> str:
         assert self.task is not None
         before = self.task.day
-        if name == "search":
+        if TOOLS[name].role == "search":
 
             def run_search() -> dict[str, Any]:
                 if self._search is None:

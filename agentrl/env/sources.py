@@ -13,6 +13,9 @@ from typing import Any
 from agentrl.env.backends.sandbox import corpus_kinds, normalize_url
 from agentrl.env.sandbox.pages import OFFICIAL_KINDS
 from agentrl.trajectory import Trajectory
+from agentrl.trajectory.tools import tool_arg, tools_with_role
+
+_PAGE_TOOLS = frozenset(tools_with_role("page"))  # open_url
 
 __all__ = ["OPENED", "OPENED_OFFICIAL", "opened_sources", "page_kinds"]
 
@@ -38,9 +41,13 @@ def opened_sources(trajs: Sequence[Trajectory], kinds: dict[str, str]) -> dict[s
     opened = official = 0
     for t in trajs:
         for entry in t.info.get("tool_log") or []:
-            if not isinstance(entry, dict) or entry.get("tool") != "open_url" or entry.get("ok") is not True:
+            if (
+                not isinstance(entry, dict)
+                or entry.get("tool") not in _PAGE_TOOLS
+                or entry.get("ok") is not True
+            ):
                 continue
-            url = (entry.get("args") or {}).get("url")
+            url = tool_arg(entry["tool"], "page", entry.get("args") or {})
             opened += 1
             official += isinstance(url, str) and kinds.get(normalize_url(url)) in OFFICIAL_KINDS
     return {OPENED: float(opened), OPENED_OFFICIAL: float(official)}

@@ -9,6 +9,7 @@ from typing import Any
 
 from agentrl.env.backends.base import Hit, Page, ToolFailure
 from agentrl.trajectory.outcome import answer_report
+from agentrl.trajectory.tools import TOOLS
 
 __all__ = [
     "TOOL_NAMES",
@@ -21,62 +22,10 @@ __all__ = [
     "system_prompt",
 ]
 
-TOOL_NAMES = ("search", "open_url", "answer")
-
-#: OpenAI function-calling schemas of the three tools (also shown in the Hermes system prompt).
-TOOL_SCHEMAS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "description": "Search the web. Returns titles, URLs, dates and snippets.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "what to look for"},
-                    "k": {"type": "integer", "description": "number of results (1-20)", "default": 5},
-                },
-                "required": ["query"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "open_url",
-            "description": "Read a web page as text, one page of text at a time.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "description": "the URL to open"},
-                    "page": {
-                        "type": "integer",
-                        "description": "which page of the text (1 = first)",
-                        "default": 1,
-                    },
-                },
-                "required": ["url"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "answer",
-            "description": "Give the final report and end the episode.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "report": {
-                        "type": "string",
-                        "description": "the final report, citing sources as \\cite{...}",
-                    }
-                },
-                "required": ["report"],
-            },
-        },
-    },
-]
+#: The tools' names and their OpenAI function-calling schemas (also shown in the Hermes system prompt),
+#: read off the one table (``agentrl.trajectory.tools.TOOLS``).
+TOOL_NAMES = tuple(TOOLS)
+TOOL_SCHEMAS: list[dict[str, Any]] = [t.schema() for t in TOOLS.values()]
 
 _INTRO = (
     "You are a careful research agent. Today is {date}. Documents dated after today do not exist "
@@ -152,15 +101,16 @@ def _str(args: dict[str, Any], name: str, max_len: int) -> str:
 
 def check_args(name: str, args: dict[str, Any], default_k: int) -> dict[str, Any]:
     """Validated, normalised arguments of a call; ``ArgError`` names the bad argument."""
-    allowed = {"search": {"query", "k"}, "open_url": {"url", "page"}, "answer": {"report"}}[name]
+    spec = TOOLS[name]
+    allowed = set(spec.parameters)
     extra = sorted(set(args) - allowed)
     if extra:
         raise ArgError(
             f"unknown argument(s) {', '.join(extra)} for {name}; expected {', '.join(sorted(allowed))}"
         )
-    if name == "search":
+    if spec.role == "search":
         return {"query": _str(args, "query", 1000), "k": _int(args, "k", default_k, 1, 20)}
-    if name == "open_url":
+    if spec.role == "page":
         return {"url": _str(args, "url", 4000), "page": _int(args, "page", 1, 1, 100_000)}
     report = answer_report(args)  # the rule Trajectory.final_report() applies too
     if report is None:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, computed_field
 
 from agentrl.env.backends.sandbox import normalize_url
 from agentrl.trajectory import Trajectory, report_of
+from agentrl.trajectory.tools import tool_arg
 
 __all__ = [
     "GENERIC_NAME_WORDS",
@@ -174,13 +175,13 @@ def _episode(traj: Trajectory) -> tuple[tuple[int, int], tuple[int, int], tuple[
         name, args = calls.get(str(msg.tool_call_id), (msg.name or "", None))
         text = msg.text
         args = args if isinstance(args, dict) else {}
-        if name == "search" and isinstance(args.get("query"), str):
+        if (query := tool_arg(name, "search", args)) is not None:
             q_total += 1
-            words = {w.group().rstrip(".-").removesuffix("'s").lower() for w in _WORD.finditer(args["query"])}
+            words = {w.group().rstrip(".-").removesuffix("'s").lower() for w in _WORD.finditer(query)}
             q_hits += bool(names & words)
-        elif name == "open_url" and isinstance(args.get("url"), str):
+        elif (url := tool_arg(name, "page", args)) is not None:
             u_total += 1
-            u_hits += normalize_url(args["url"]) in seen_urls
+            u_hits += normalize_url(url) in seen_urls
             if not text.startswith(_ERROR_PREFIX):
                 opened_text.append(text)
         seen_urls.update(normalize_url(u.rstrip(".,;")) for u in _URL.findall(text))

@@ -9,12 +9,16 @@ import re
 from pydantic import BaseModel, Field
 
 from agentrl.trajectory import Message, Trajectory
+from agentrl.trajectory.tools import TOOLS, tool_arg, tools_with_role
 
 __all__ = ["TurnView", "format_turns", "trajectory_turns"]
 
 _THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 _WORD = re.compile(r"\S+")
-_CALLS = re.compile(r"<tool_call>.*?(?:</tool_call>|$)|<(search|open_url|answer)>.*?</\1>", re.S)
+_CALLS = re.compile(
+    r"<tool_call>.*?(?:</tool_call>|$)|<(" + "|".join(map(re.escape, TOOLS)) + r")>.*?</\1>", re.S
+)  # a Hermes call, or a Search-R1 tag of a tool
+_ANSWER_TOOLS = frozenset(tools_with_role("answer"))
 
 
 class TurnView(BaseModel):
@@ -58,13 +62,9 @@ def trajectory_turns(traj: Trajectory) -> list[TurnView]:
                 args = call.function.parsed_arguments()
             except ValueError:
                 args = call.function.arguments
-            if (
-                call.function.name == "answer"
-                and isinstance(args, dict)
-                and isinstance(args.get("report"), str)
-            ):
-                view.report = args["report"]
-                view.calls.append("answer")
+            if (report := tool_arg(call.function.name, "answer", args)) is not None:
+                view.report = report
+                view.calls.append(call.function.name)
                 continue
             view.calls.append(f"{call.function.name} {json.dumps(args, ensure_ascii=False)}")
         if not m.tool_calls and k == len(asst) - 1 and "<tool_call>" not in m.text:
@@ -100,7 +100,7 @@ def format_turns(turns: list[TurnView], width: int = 160) -> str:
         if v.thought:
             lines.append(f"  thought      {_short(v.thought, width)}")
         for c in v.calls:
-            if c != "answer":
+            if c not in _ANSWER_TOOLS:
                 lines.append(f"  tool call    {_short(c, width)}")
         for o in v.observations:
             lines.append(f"  observation  {_short(o, width)}  ({len(o)} chars)")

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentrl.judge.formats import ResponseFormatMode
+from agentrl.trajectory.tools import tools_with_role
 
 __all__ = ["JUDGE_MODEL", "JudgeConfig", "route_model"]
 
@@ -72,8 +73,9 @@ class JudgeConfig(BaseModel):
     (with the schema, then without), ``none``. ``true``/``false`` mean ``auto``/``none``."""
     include_sources: bool = True
     """Show the judge the tool observations the agent read (see ``source_tools``)."""
-    source_tools: tuple[str, ...] | None = ("open_url",)
-    """Tool names whose observations count as sources; None = every tool message."""
+    source_tools: tuple[str, ...] | None = tools_with_role("page")
+    """Tool names whose observations count as sources (default: the tools that open a page,
+    ``open_url``); None = every tool message."""
     max_source_chars: int = Field(default=6000, ge=0)
     """Characters kept of each source."""
     input_cost_per_token: float | None = Field(default=None, ge=0)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from agentrl.judge.evidence import Evidence, evidence_of, prints_figure
 from agentrl.judge.rubric import FigureGrader, Rubric
 from agentrl.trajectory import RewardBreakdown, Trajectory
+from agentrl.trajectory.tools import tools_with_role
 
 __all__ = ["TURN_CREDIT", "credited_turn", "evidence_turn_credit"]
 
@@ -43,7 +44,7 @@ def credited_turn(g: FigureGrader, evidence: Evidence) -> int | None:
     if not (g.opened or g.sourced):
         return None
     for o in evidence.observations:
-        if (o.tool == "open_url" or not g.opened) and o.turn >= 0 and prints_figure(g, o.text):
+        if (o.tool in tools_with_role("page") or not g.opened) and o.turn >= 0 and prints_figure(g, o.text):
             return o.turn
     return None
 

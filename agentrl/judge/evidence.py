@@ -19,12 +19,14 @@ The patterns here are linear-time (no nested quantifiers), so a hostile report c
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agentrl.judge.rubric import UNIT_WORDS, CitedSourceGrader, FigureGrader
 from agentrl.trajectory import Message, Trajectory
+from agentrl.trajectory.tools import tool_arg, tools_with_role
 
 __all__ = [
     "NO_EVIDENCE",
@@ -49,6 +51,7 @@ _NUM = re.compile(
 )
 _CITE = re.compile(r"\\cite\{([^{}]*)\}")
 _URL_LINE = re.compile(r"^URL: (\S+)", re.MULTILINE)
+_PAGE_TOOLS = frozenset(tools_with_role("page"))  # the tools whose results are pages (open_url)
 #: Two printed figures are the same figure when they differ by at most this fraction (rounding).
 SAME = 0.005
 
@@ -109,8 +112,8 @@ class Evidence:
 
     @property
     def pages(self) -> list[Observation]:
-        """The pages the agent opened (``open_url`` results)."""
-        return [o for o in self.observations if o.tool == "open_url"]
+        """The pages the agent opened (the results of tools in the ``page`` role: ``open_url``)."""
+        return [o for o in self.observations if o.tool in _PAGE_TOOLS]
 
     def opened(self, key: str, sources: dict[str, str]) -> list[Observation]:
         """The opened pages a cite key names: by URL, or through ``sources`` (key → URL)."""
@@ -140,14 +143,11 @@ def evidence_of(trajectory: Trajectory | Sequence[Message]) -> Evidence:
         if m.role == "assistant":
             turn += 1
             for c in m.tool_calls or []:
-                url = ""
-                if c.function.name == "open_url":
-                    try:
-                        args = c.function.parsed_arguments()
-                    except ValueError:
-                        args = None
-                    url = args.get("url", "") if isinstance(args, dict) else ""
-                calls[c.id] = (c.function.name, url if isinstance(url, str) else "", turn)
+                url = None
+                if c.function.name in _PAGE_TOOLS:
+                    with contextlib.suppress(ValueError):  # arguments that are not JSON: no URL
+                        url = tool_arg(c.function.name, "page", c.function.parsed_arguments())
+                calls[c.id] = (c.function.name, url or "", turn)
     out: list[Observation] = []
     for m in messages:
         if m.role != "tool" or (m.tool_call_id or "") not in calls:
@@ -157,7 +157,7 @@ def evidence_of(trajectory: Trajectory | Sequence[Message]) -> Evidence:
             continue
         name, url, at = calls[m.tool_call_id or ""]
         urls: set[str] = set()
-        if name == "open_url":
+        if name in _PAGE_TOOLS:
             urls = {normalize_url(u) for u in (url, *_URL_LINE.findall(text[:2000])) if u}
         out.append(Observation(name, frozenset(urls), text, at))
     return Evidence(tuple(out))

@@ -34,6 +34,7 @@ from agentrl.policy.base import EpisodeContext
 from agentrl.seeds import stable_seed
 from agentrl.trajectory import FunctionCall, Message, ToolCall
 from agentrl.trajectory.context import SUMMARY_HEADER, SUMMARY_REQUEST
+from agentrl.trajectory.tools import TOOLS
 
 __all__ = ["OraclePolicy"]
 
@@ -175,8 +176,7 @@ def _calls(messages: list[Message]) -> list[tuple[str, str, str]]:
             except ValueError:
                 continue
             if isinstance(args, dict) and c.function.name in ("search", "open_url"):
-                key = "query" if c.function.name == "search" else "url"
-                shown.append((c.function.name, str(args.get(key, "")), result))
+                shown.append((c.function.name, str(args.get(TOOLS[c.function.name].arg, "")), result))
     notes = _notes(messages)
     same = lambda a, b: [x[:2] for x in a] == [x[:2] for x in b]  # noqa: E731
     repeat = max(

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from agentrl.trajectory import Trajectory, training_reward
+from agentrl.trajectory.tools import tools_with_role
 
 __all__ = ["HealthWatch", "health_metrics"]
 
@@ -35,7 +36,7 @@ def health_metrics(trajs: Sequence[Trajectory], normalize: bool = True) -> dict[
         e.get("ok") is True
         for t in trajs
         for e in t.info.get("tool_log") or []
-        if isinstance(e, dict) and e.get("tool") == "open_url"
+        if isinstance(e, dict) and e.get("tool") in tools_with_role("page")
     ]
     groups: dict[str, list[float]] = defaultdict(list)
     for t in trajs:

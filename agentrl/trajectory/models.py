@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.jsonl import dumps
+from agentrl.trajectory.tools import ANSWER, TOOLS
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -277,15 +278,16 @@ ANSWERED, UNANSWERED, RUNNING = "answered", "unanswered", "running"
 def answer_report(arguments: Any) -> str | None:
     """The report of an ``answer`` call with these decoded arguments: exactly ``{"report": <string>}``;
     None for anything else (the env answers such a call with an argument error)."""
-    if isinstance(arguments, dict) and set(arguments) == {"report"} and isinstance(arguments["report"], str):
-        return arguments["report"]
+    key = ANSWER.arg
+    if isinstance(arguments, dict) and set(arguments) == {key} and isinstance(arguments[key], str):
+        return arguments[key]
     return None
 
 
 def first_answer(message: Message) -> tuple[int, str] | None:
     """``(index, report)`` of the first valid ``answer`` call among ``message.tool_calls``, else None."""
     for i, call in enumerate(message.tool_calls or []):
-        if call.function.name != "answer":
+        if (spec := TOOLS.get(call.function.name)) is None or spec.role != "answer":
             continue
         try:
             report = answer_report(call.function.parsed_arguments())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -152,3 +153,13 @@ def test_a_turn_opening_with_a_call_marker_is_never_a_report(marker, parts):
     env.reset(options={"task": "alphabet-2025-cloud"})
     env.step(text)
     assert env.trajectory().info["report"] is None or any(c.name == "answer" for c in turn.calls)
+
+
+@pytest.mark.parametrize("marker", ["<|python_tag|>", "[TOOL_CALLS]"])
+def test_an_empty_list_of_calls_after_a_marker_is_a_format_error(marker):
+    """``<|python_tag|>[]`` (found by the property test above): a marker and no call was a turn with
+    neither calls nor errors, which the env takes as the final answer."""
+    turn = parse_turn(marker + "[]")
+    assert not turn.calls and [e.message for e in turn.errors] == [
+        f"the list of tool calls in {marker} is empty"
+    ]
