@@ -15,7 +15,8 @@ from agentrl.env.sandbox.pages import OFFICIAL_KINDS
 from agentrl.trajectory import Trajectory
 from agentrl.trajectory.tools import tool_arg, tools_with_role
 
-_PAGE_TOOLS = frozenset(tools_with_role("page"))  # open_url
+# open_url; a tuple, not a set: a hand-written tool_log may hold an unhashable "tool"
+_PAGE_TOOLS = tools_with_role("page")
 
 __all__ = ["OPENED", "OPENED_OFFICIAL", "opened_sources", "page_kinds"]
 

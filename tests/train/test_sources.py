@@ -58,10 +58,12 @@ def test_failed_opens_are_not_counted_and_urls_are_normalised():
         {"tool": "open_url", "ok": False, "args": {"url": url}, "error": "timed out"},
         {"tool": "open_url", "ok": True, "args": {"url": gt["distractors"][0]["url"]}},
         {"tool": "search", "ok": True, "args": {"query": url}},
+        {"tool": ["open_url"], "ok": True, "args": {"url": url}},  # a hand-edited log: not a tool's name
+        {"tool": "open_url", "ok": True, "args": ["not", "a", "dict"]},  # opened, its URL unreadable
     ]
     t = Trajectory(id="x", task_id=suite.tasks[0].id, messages=[Message(role="user", content="q")])
     t.info["tool_log"] = log
-    assert opened_sources([t], page_kinds(suite)) == {OPENED: 2.0, OPENED_OFFICIAL: 1.0}
+    assert opened_sources([t], page_kinds(suite)) == {OPENED: 3.0, OPENED_OFFICIAL: 1.0}
 
 
 def test_rollout_summary_counts_what_the_trainer_logs():
