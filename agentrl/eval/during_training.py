@@ -37,7 +37,7 @@ from agentrl.eval.audit import Auditor, Divergence
 from agentrl.eval.compare import compare
 from agentrl.eval.config import DEFAULT_SPLIT, EvalConfig
 from agentrl.eval.scorecard import Scorecard, scorecard
-from agentrl.rollout.episode import EpisodeSpec, episode_seed
+from agentrl.rollout.episode import EpisodeSpec
 from agentrl.rundir import RunDir, read_jsonl
 from agentrl.seeds import stable_seed
 from agentrl.trajectory import Trajectory, read_trajectories, write_trajectories
@@ -153,9 +153,7 @@ class Evaluation:
         out = []
         for t in self.tasks:
             for s in range(self.cfg.n):
-                seed = episode_seed(self.cfg.seed, t.id, s)
-                info = {"sample": s, "seed": seed, "policy": f"train:step{step}", "eval_step": step}
-                out.append(EpisodeSpec(f"{t.id}#{s}", t, seed, info))
+                out.append(EpisodeSpec.drawn(t, s, self.cfg.seed, policy=f"train:step{step}", eval_step=step))
         return out
 
     def _envs(self, n: int) -> list[ResearchEnv]:

@@ -26,7 +26,7 @@ from agentrl.errors import ConfigError
 from agentrl.outputs import is_regular_file
 from agentrl.policy.base import Policy
 from agentrl.rollout.batched import BatchedPolicy
-from agentrl.rollout.episode import EpisodeSpec, episode_seed, policy_generate, run_episode
+from agentrl.rollout.episode import EpisodeSpec, policy_generate, run_episode
 from agentrl.trajectory import Trajectory, TrajectoryStore, read_trajectories
 
 __all__ = [
@@ -161,9 +161,7 @@ def policy_episode_spec(task: Task, sample: int, seed: int, policy_name: str) ->
     """The episode of ``task``'s sample ``sample`` for a policy named ``policy_name``: id
     ``task#sample``, reset seed ``episode_seed(seed, task.id, sample)``, ``info`` with the sample,
     that seed and the policy's name."""
-    ep_seed = episode_seed(seed, task.id, sample)
-    info = {"sample": sample, "seed": ep_seed, "policy": policy_name}
-    return EpisodeSpec(f"{task.id}#{sample}", task, ep_seed, info)
+    return EpisodeSpec.drawn(task, sample, seed, policy=policy_name)
 
 
 async def _judge_batch(

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from agentrl.env.suite import Task
 from agentrl.policy.base import EpisodeContext
 from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
-from agentrl.seeds import stable_seed
+from agentrl.seeds import episode_seed, stable_seed
 from agentrl.trajectory import Message
 
 __all__ = [
@@ -49,6 +49,17 @@ class EpisodeSpec:
     def sample(self) -> int | None:
         """The sample index within the task's group, as recorded in ``info`` (None when not)."""
         return self.info.get("sample")
+
+    @classmethod
+    def drawn(
+        cls, task: Task, sample: int, seed: int, *, step: int | None = None, **info: Any
+    ) -> EpisodeSpec:
+        """Sample ``sample`` of ``task`` in a run seeded ``seed``, the one rule every caller follows
+        (``agentrl rollout`` and ``eval``, the trainer's steps and its evaluations, the warm start):
+        id ``task#sample``, reset seed ``episode_seed(seed, task.id, sample, step=step)`` (a training
+        step's own draw with ``step``), ``info`` the sample and that seed, then ``info``."""
+        ep_seed = episode_seed(seed, task.id, sample, step=step)
+        return cls(f"{task.id}#{sample}", task, ep_seed, {"sample": sample, "seed": ep_seed, **info})
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from agentrl.learn.dynamic_sampling import fill_groups, refill_order
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.rundir import RunDir
 from agentrl.sampling.overlap import OneStepOffPolicy, stamp_version
-from agentrl.seeds import episode_seed, stable_seed
+from agentrl.seeds import stable_seed
 from agentrl.train.config import TrainConfig, TrainJudgeConfig
 from agentrl.train.distributed import all_gather_objects, is_main, rank, world_size
 from agentrl.trajectory import Trajectory, write_trajectories
@@ -71,8 +71,7 @@ class StepSampling:
         specs = []
         for t in mine:
             for s in range(self.cfg.rollout.group_size):
-                seed = episode_seed(self.cfg.seed, t.id, s, step=step)
-                specs.append(EpisodeSpec(f"{t.id}#{s}", t, seed, {"sample": s, "seed": seed}))
+                specs.append(EpisodeSpec.drawn(t, s, self.cfg.seed, step=step))
         return specs
 
     def _envs(self, n: int) -> list[Any]:

@@ -189,3 +189,21 @@ def test_seeds_are_the_documented_hashes_and_reach_the_policy():
 def test_one_of_generate_and_generate_batch():
     with pytest.raises(ValueError, match="exactly one"):
         asyncio.run(run_episodes([], []))
+
+
+def test_an_episode_is_drawn_by_one_rule_for_every_caller():
+    """``EpisodeSpec.drawn``: what ``agentrl rollout``, the trainer's step and its evaluation each wrote
+    (id ``task#sample``, the seed from ``episode_seed``, ``info`` sample, seed, then the caller's)."""
+    from agentrl.env.suite import Task
+    from agentrl.rollout.runner import policy_episode_spec
+    from agentrl.rollout.turns import EpisodeSpec
+    from agentrl.seeds import episode_seed
+
+    task = Task(id="acme-q1", prompt="q", date="2025-01-01", rubric="r")
+    plain = EpisodeSpec.drawn(task, 3, 7, policy="oracle")
+    assert (plain.id, plain.seed) == ("acme-q1#3", episode_seed(7, "acme-q1", 3))
+    assert list(plain.info.items()) == [("sample", 3), ("seed", plain.seed), ("policy", "oracle")]
+    assert policy_episode_spec(task, 3, 7, "oracle") == plain
+    stepped = EpisodeSpec.drawn(task, 3, 7, step=2)
+    assert stepped.seed == episode_seed(7, "acme-q1", 3, step=2) != plain.seed
+    assert dict(stepped.info) == {"sample": 3, "seed": stepped.seed}
