@@ -9,6 +9,10 @@ What every reader must agree on has one owner here:
   skipped with a ``TornLineWarning`` (``torn_note`` words it), which the CLI prints as one
   ``note:`` line. A last line that parses only lost its newline and is read.
 
+Before an append-only JSONL file (a trajectory store, ``metrics.jsonl``) is appended to again,
+``mend_tail`` makes it end on a whole line: a torn last line is cut, a whole one that lost its newline
+gets it back (the one repair; each writer says what a whole line is).
+
 And what every writer must agree on: ``dumps`` is the one JSON encoder of what agentrl writes
 (trajectories, ``--json`` outputs, ``summary.json``, ``metrics.jsonl``). It is strict JSON: a NaN or
 an infinity is not a JSON number (Python's ``json`` would write ``NaN``/``Infinity``, which other
@@ -36,6 +40,7 @@ __all__ = [
     "input_file",
     "iter_lines",
     "line_text",
+    "mend_tail",
     "read_records",
     "torn_note",
 ]
@@ -49,6 +54,45 @@ T = TypeVar("T")
 def torn_note(path: str | os.PathLike[str], lineno: int, size: int, action: str = "skipped") -> str:
     """The words of every torn-line note: ``<path>:<line>: skipped a torn last line (N bytes, no newline)``."""
     return f"{path}:{lineno}: {action} a torn last line ({size} bytes, no newline)"
+
+
+def mend_tail(path: str | os.PathLike[str], whole: Callable[[bytes], bool]) -> tuple[int, int]:
+    """Make the append-only file ``path`` end on a whole line before more is appended: a last line
+    without its newline that ``whole`` refuses (a write cut short; or longer than ``MAX_LINE_BYTES``)
+    is cut off, one that ``whole`` accepts only lost its newline and gets it back; the file is then
+    fsynced. Reads the last line only. Returns (where the last line starts, the bytes cut: 0 when
+    none); (0, 0) for a missing or empty file or one that ends on a newline."""
+    path = Path(path)
+    if not path.is_file():
+        return 0, 0
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0, 0
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0, 0
+        start, pos = 0, size
+        while pos > 0:  # back to the last newline, a block at a time
+            n = min(1 << 16, pos)
+            pos -= n
+            f.seek(pos)
+            i = f.read(n).rfind(b"\n")
+            if i >= 0:
+                start = pos + i + 1
+                break
+        f.seek(start)
+        tail = f.read(MAX_LINE_BYTES + 1)
+        cut = 0
+        if len(tail) <= MAX_LINE_BYTES and whole(tail):
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
+        else:
+            f.truncate(start)
+            cut = size - start
+        f.flush()
+        os.fsync(f.fileno())
+        return start, cut
 
 
 def input_file(path: str | os.PathLike[str], what: str = "trajectory file") -> Path:

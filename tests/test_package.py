@@ -17,6 +17,7 @@ PKG = ROOT / "agentrl"
 LAYERS = {
     "errors": -1,
     "jsonl": -0.5,  # the one JSONL line reader: below every package that reads JSONL, above errors
+    "atomic": -0.5,  # the one atomic write (temporary file, fsync, rename): below every writer (stdlib)
     "credentials": 0,
     "seeds": 0,
     "trajectory": 0,
@@ -50,11 +51,12 @@ LAYERS = {
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "jsonl": {"errors"},
+    "atomic": set(),
     "credentials": {"errors"},
-    "trajectory": {"errors", "jsonl"},
+    "trajectory": {"errors", "jsonl", "atomic"},
     "algos": set(),
     "seeds": set(),
-    "rundir": {"errors", "jsonl", "yamlload"},
+    "rundir": {"errors", "jsonl", "yamlload", "atomic"},
     "outputs": {"errors"},
     "yamlload": {"errors"},
     "cachedir": set(),
@@ -67,7 +69,18 @@ ALLOWED: dict[str, set[str]] = {
     "env": {"errors", "trajectory", "judge", "cachedir", "yamlload", "stopping"},
     "policy": {"errors", "trajectory", "credentials", "seeds"},
     "learn": {"errors", "trajectory", "algos", "tokens", "judge", "rundir", "stopping"},
-    "rollout": {"errors", "trajectory", "judge", "env", "policy", "tokens", "seeds", "outputs", "stopping"},
+    "rollout": {
+        "errors",
+        "trajectory",
+        "judge",
+        "env",
+        "policy",
+        "tokens",
+        "seeds",
+        "outputs",
+        "stopping",
+        "atomic",
+    },
     "eval": {"errors", "trajectory", "rundir", "judge", "env", "rollout", "seeds"},
     "sampling": {
         "errors",
@@ -114,10 +127,11 @@ ALLOWED: dict[str, set[str]] = {
         "learn",
         "rollout",
         "outputs",
+        "atomic",
     },
     # eval: the run report shows the research shares of agentrl.eval.research, their one
     # implementation (a downward arrow, layer 5 → 3.5; agentrl eval's scorecards show the same)
-    "explain": {"errors", "trajectory", "algos", "rundir", "tokens", "yamlload", "eval"},
+    "explain": {"errors", "trajectory", "algos", "rundir", "tokens", "yamlload", "eval", "atomic"},
     "integrations": {
         "errors",
         "trajectory",

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from agentrl.atomic import write_atomic
 from agentrl.errors import ConfigError
 from agentrl.outputs import naming
 from agentrl.trajectory import Trajectory
@@ -225,12 +225,8 @@ def save_tensors(batch: dict[str, torch.Tensor], path: str | Path) -> str:
     buf = io.BytesIO()  # a buffer: torch.save names the archive after a file, not after a buffer
     torch.save(data, buf)
     raw = buf.getvalue()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with naming(path):  # a full disk names the file, not an unnamed errno
-        tmp.write_bytes(raw)
-    os.replace(tmp, path)
+        write_atomic(path, raw)
     return hashlib.sha256(raw).hexdigest()
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentrl.atomic import write_atomic
 from agentrl.errors import ConfigError
 from agentrl.outputs import is_regular_file, naming
 
@@ -127,11 +128,6 @@ def record_params(out: str | os.PathLike[str], params: Mapping[str, Any]) -> Non
     if _has_trajectories(out):
         return
     side = params_path(out)
-    side.parent.mkdir(parents=True, exist_ok=True)
-    tmp = side.with_name(f".{side.name}.tmp-{os.getpid()}")
     body = json.dumps({"format": PARAMS_FORMAT, "params": dict(params)}, indent=1, sort_keys=True)
-    with naming(tmp), open(tmp, "w", encoding="utf-8") as f:
-        f.write(body + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, side)
+    with naming(side):  # a full disk names the file, not an unnamed errno
+        write_atomic(side, (body + "\n").encode("utf-8"))

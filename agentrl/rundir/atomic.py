@@ -1,21 +1,15 @@
-"""Atomic writes of a run's files: a temporary file beside the target (``.NAME.tmp-PID``, which
-``layout.in_layout`` counts as the file itself), then a rename, so a reader never sees half a file."""
+"""A run's JSON files, written atomically (``agentrl.atomic.write_atomic``: a temporary file beside
+the target, ``.NAME.tmp-PID``, which ``layout.in_layout`` counts as the file itself; fsync; rename)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from agentrl.atomic import write_atomic
 from agentrl.jsonl import dumps
 
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary file beside it, then a rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+__all__ = ["write_atomic", "write_json"]
 
 
 def write_json(path: Path, data: Any) -> Path:

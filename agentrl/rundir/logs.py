@@ -5,13 +5,12 @@ cover the steps a checkpoint comes after (``check_logs``, before a resume)."""
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 from agentrl.errors import ConfigError, TornLineWarning
-from agentrl.jsonl import dumps, finite_or_null, line_text, read_records
+from agentrl.jsonl import dumps, finite_or_null, line_text, mend_tail, read_records
 from agentrl.rundir.layout import METRICS, SFT, checkpoint_order
 
 
@@ -33,36 +32,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def mend_jsonl_tail(path: Path) -> int:
-    """Make an append-only JSONL file end on a whole line before more is appended to it: a torn last
-    line (no newline, not JSON: a run killed mid-write) is cut off, a JSON last line that only lacks
-    its newline gets one. Reads the last line only. Returns the bytes cut (0 when none)."""
-    if not path.is_file():
-        return 0
-    with open(path, "r+b") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return 0
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return 0
-        start, pos = 0, size
-        while pos > 0:  # back to the last newline, a block at a time
-            n = min(1 << 16, pos)
-            pos -= n
-            f.seek(pos)
-            i = f.read(n).rfind(b"\n")
-            if i >= 0:
-                start = pos + i + 1
-                break
-        f.seek(start)
-        try:
-            json.loads(f.read())
-        except ValueError:  # UnicodeDecodeError included
-            f.truncate(start)
-            return size - start
-        f.seek(0, os.SEEK_END)
-        f.write(b"\n")
-        return 0
+    """Make an append-only JSONL file end on a whole line before more is appended to it
+    (``agentrl.jsonl.mend_tail``): a torn last line (no newline, not JSON: a run killed mid-write) is
+    cut off, a JSON last line that only lacks its newline gets one. Returns the bytes cut (0 when none)."""
+    return mend_tail(path, _is_json)[1]
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:  # UnicodeDecodeError included
+        return False
+    return True
 
 
 def metric_line(row: dict[str, Any]) -> str:

@@ -17,8 +17,9 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
+from agentrl.atomic import write_atomic
 from agentrl.errors import SchemaVersionError, TornLineWarning, TrajectoryFormatError
-from agentrl.jsonl import MAX_LINE_BYTES, line_text, read_records, torn_note
+from agentrl.jsonl import line_text, mend_tail, read_records, torn_note
 from agentrl.trajectory.models import Trajectory
 
 __all__ = ["TornLineWarning", "TrajectoryStore", "read_trajectories", "write_trajectories"]
@@ -63,18 +64,24 @@ def read_trajectories(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
 
 def write_trajectories(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]) -> int:
     """Write ``trajectories`` to ``path`` atomically (temporary file, fsync, rename). Returns the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     n = 0
-    with open(tmp, "wb") as f:
+
+    def lines() -> Iterator[bytes]:
+        nonlocal n
         for t in trajectories:
-            f.write(t.to_json().encode("utf-8") + b"\n")
+            yield t.to_json().encode("utf-8") + b"\n"
             n += 1
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+
+    write_atomic(path, lines())
     return n
+
+
+def _is_trajectory(line: bytes) -> bool:
+    try:
+        Trajectory.from_json(line)
+    except Exception:
+        return False
+    return True
 
 
 def _count_lines(f: BinaryIO, end: int) -> int:
@@ -112,47 +119,17 @@ class TrajectoryStore:
         return self._file
 
     def _repair_tail(self) -> None:
-        if not self.path.exists():
-            return
-        with open(self.path, "rb+") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            f.seek(size - 1)
-            if f.read(1) == b"\n":
-                return
-            # Find the start of the unterminated last line, and count the lines before it.
-            block = 1 << 16
-            pos = size
-            start = 0
-            while pos > 0:
-                read_from = max(0, pos - block)
-                f.seek(read_from)
-                chunk = f.read(pos - read_from)
-                i = chunk.rfind(b"\n")
-                if i >= 0:
-                    start = read_from + i + 1
-                    break
-                pos = read_from
-            f.seek(start)
-            tail = f.read(MAX_LINE_BYTES + 1)  # a longer tail is no record this store wrote
-            try:
-                if len(tail) > MAX_LINE_BYTES:
-                    raise ValueError("too long")
-                Trajectory.from_json(tail)
-            except Exception:
+        """A torn last line (a write cut short) is removed with a ``TornLineWarning`` before appending;
+        a whole trajectory that only lost its newline gets it back (``agentrl.jsonl.mend_tail``)."""
+        start, cut = mend_tail(self.path, _is_trajectory)
+        if cut:
+            with open(self.path, "rb") as f:
                 lineno = _count_lines(f, start) + 1
-                warnings.warn(
-                    torn_note(self.path, lineno, size - start, "removed") + " before appending",
-                    TornLineWarning,
-                    stacklevel=3,
-                )
-                f.truncate(start)
-            else:  # a complete record that only lost its newline
-                f.seek(0, os.SEEK_END)
-                f.write(b"\n")
-            f.flush()
-            os.fsync(f.fileno())
+            warnings.warn(
+                torn_note(self.path, lineno, cut, "removed") + " before appending",
+                TornLineWarning,
+                stacklevel=3,
+            )
 
     def append(self, trajectory: Trajectory) -> None:
         """Append one trajectory as one line, then flush and (by default) fsync."""

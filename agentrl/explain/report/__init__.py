@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl.atomic import write_atomic
 from agentrl.explain.report.page import render_report
 from agentrl.explain.report.run import RunData, load_run, parse_steps, sample_trajectories
 from agentrl.rundir import RunDir
@@ -32,8 +33,4 @@ def write_report(
     run = load_run(run_dir)
     html = render_report(run, steps=steps, max_trajectories=max_trajectories, tokenizer=tokenizer)
     path = Path(out) if out is not None else RunDir(run.path).report_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_atomic(path, html.encode("utf-8"))
