@@ -1,6 +1,8 @@
 """The run directory's one owner, ``agentrl.rundir``: names, step files, checkpoints, tolerant readers."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -101,6 +103,20 @@ def test_the_trainers_run_log_is_read_back_through_the_same_module(tmp_path):
     assert run.sft() == [{"sft/step": 1, "sft/loss": 0.25}]
     assert run.summary() == json.loads(json.dumps(summary)) and summary["steps"] == 2
     assert [r["step"] for r in RunLog(tmp_path).rows] == [1.0, 2.0]
+    assert 0 < summary["peak_rss_mb"] < 1e6
+
+
+def test_the_summarys_peak_rss_is_the_process_peak_in_mib():
+    """``peak_rss_mb`` in MiB: a fresh process that touches its peak so far plus 300 MiB raises it by
+    about 300 (a unit off by 1024 fails). Linux carries a parent's peak into a child it forks, so the
+    child starts from the test process's peak, and allocates above it."""
+    code = (
+        "from agentrl.train.report import peak_rss_mb; a = peak_rss_mb(); x = bytearray(int(a + 300) << 20); "
+        "print(a, peak_rss_mb())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    before, after = map(float, out.split())
+    assert 250 < after - before < 450
 
 
 def test_mend_jsonl_tail_cuts_a_torn_line_and_ends_a_whole_one(tmp_path):

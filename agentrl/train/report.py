@@ -4,6 +4,7 @@ is ``agentrl.train.progress``."""
 
 from __future__ import annotations
 
+import resource
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,11 +13,20 @@ from typing import Any
 from agentrl.env.sources import OPENED, OPENED_OFFICIAL
 from agentrl.rundir import RunDir, mend_jsonl_tail
 
-__all__ = ["RunLog", "summarize_rewards", "summarize_sources"]
+__all__ = ["RunLog", "peak_rss_mb", "summarize_rewards", "summarize_sources"]
 
 REWARD_KEY = "critic/score/normalized_mean"
 #: The evaluation's mean normalised reward and its interval (``agentrl.eval.during_training``).
 VAL_KEY, VAL_LOW, VAL_HIGH = "val/reward/mean", "val/reward/ci_low", "val/reward/ci_high"
+
+
+def peak_rss_mb() -> float:
+    """The largest resident set of this process, or of one of its finished child processes (a process
+    sampler's), in MiB, so far: ``summary.json``'s ``peak_rss_mb``. On Linux a process starts from the
+    peak of the process that forked it (a shell's is small; a large Python parent's is not)."""
+    per_mib = 2**20 if sys.platform == "darwin" else 2**10  # ru_maxrss: bytes on macOS, KiB on Linux
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return round(peak / per_mib, 1)
 
 
 def summarize_rewards(rewards: list[float], frac: float = 0.2) -> dict[str, float]:
@@ -122,6 +132,7 @@ class RunLog:
         }
         if interrupted is not None:
             summary = {"interrupted": True, **interrupted, **summary}
+        summary["peak_rss_mb"] = peak_rss_mb()
         if steps:
             summary["time_s"] = sum(r.get("timing_s/step", 0.0) for r in steps)
             summary["final"] = {k: v for k, v in steps[-1].items() if not k.startswith("timing")}

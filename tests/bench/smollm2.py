@@ -1,16 +1,19 @@
-"""SmolLM2-135M-Instruct before and after ``examples/smollm2`` on a CPU: the figures of BENCHMARKS.md.
+"""SmolLM2-135M-Instruct before and after ``examples/smollm2`` on a CPU, on companies training never saw:
+the figures of BENCHMARKS.md and the example's README.
 
     OMP_NUM_THREADS=2 python -m tests.bench.smollm2 [--model models/smollm2-135m] [--out runs/bench-smollm2] \\
         [--set KEY=VALUE] [--limit N] [--samples 2] [--max-tokens 128]
 
-Runs the example's commands (``examples/smollm2/README.md``) and one more: an evaluation of the
-imported model, the training run (wall time and peak RSS of the process), a warm-start-only run
-(``--set steps=0``: what the warm start alone reaches) and the same evaluation of both checkpoints
-— 33 tasks × 2 samples at the training temperature, same seeds. Prints a markdown table of
-``mean_normalized_reward``, ``tool_call_episodes`` and ``official_share`` per model, and the run's
-``summary.json``. Needs the imported model (``agentrl model import-gguf``); about 45 minutes on two
-quiet cores. ``--set`` (training config overrides, both runs), ``--limit`` (the first N tasks),
-``--samples`` and ``--max-tokens`` (of the evaluations) shrink the same command sequence for a smoke test.
+Runs the example's commands (``examples/smollm2/README.md``): the training run, whose own
+evaluations (``eval:`` in the config) score the held-out split of ``examples/smollm2-env`` before RL
+(the warm start) and after the last step, same tasks and seeds, with the paired gain; and an
+evaluation of the imported model on the same split (``agentrl rollout``, the evaluations' seeds and
+temperature). Prints a markdown table (held-out mean normalised reward with its 95% interval, the
+share of episodes with a tool call, the official share of opened pages), the paired gain, the run's
+wall time and peak RSS, and its ``summary.json``. Needs the imported model (``agentrl model
+import-gguf``); about 45 minutes on two quiet cores. ``--set`` (training config overrides),
+``--limit`` (the first N held-out tasks, every evaluation), ``--samples`` (per task) and
+``--max-tokens`` (the imported model's evaluation) shrink the same command sequence for a smoke test.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from pathlib import Path
 
 CONFIG = "examples/smollm2/smollm2.yaml"
 EVAL = [
-    "--suite", "examples/quickstart-env", "--temperature", "0.7", "--concurrency", "12", "--device", "cpu",
-    "--no-progress",
+    "--suite", "examples/smollm2-env", "--split", "heldout", "--temperature", "0.7", "--concurrency", "12",
+    "--device", "cpu", "--no-progress",
 ]  # fmt: skip
 
 
@@ -53,33 +56,57 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a training config override"
     )
-    ap.add_argument("--limit", type=int, help="evaluate the first N tasks (default: all 33)")
+    ap.add_argument("--limit", type=int, help="evaluate the first N held-out tasks (default: all 33)")
     ap.add_argument("--samples", type=int, default=2, help="evaluation samples per task")
-    ap.add_argument("--max-tokens", type=int, default=128, help="evaluation: new tokens per turn")
+    ap.add_argument(
+        "--max-tokens", type=int, default=128, help="the imported model's evaluation: new tokens per turn"
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
-    run, warm = out / "run", out / "warm-start-only"
-    sets = [x for kv in [f"model.path={args.model}", *args.set] for x in ("--set", kv)]
-    _, train_s, train_gb = _agentrl("train", CONFIG, "--no-progress", *sets, "--set", f"output_dir={run}")
-    _agentrl("train", CONFIG, "--no-progress", *sets, "--set", "steps=0", "--set", f"output_dir={warm}")
+    run = out / "run"
+    sets = [f"model.path={args.model}", f"eval.n={args.samples}", *args.set]
+    sets += [f"eval.limit={args.limit}"] if args.limit else []
+    _, train_s, train_gb = _agentrl(
+        "train",
+        CONFIG,
+        "--no-progress",
+        *(x for kv in sets for x in ("--set", kv)),
+        "--set",
+        f"output_dir={run}",
+    )
+    summary = json.loads((run / "summary.json").read_text())
     evals = [*EVAL, "-n", str(args.samples), "--max-tokens", str(args.max_tokens)]
     evals += ["--limit", str(args.limit)] if args.limit else []
-    rows = []
-    for name, policy in (("imported", args.model), ("warm start only", warm), ("warm start + GRPO", run)):
-        stdout, wall, _ = _agentrl(
-            "rollout", "--policy", f"hf:{policy}", *evals, "--out", str(out / f"{name}.jsonl")
-        )
-        s = _summary(stdout)
-        rows.append((name, s["mean_normalized_reward"], s["tool_call_episodes"], s["official_share"], wall))
-    print(
-        "| model | mean normalised reward | episodes with a tool call | official share of opened pages | eval s |"
+    imported = _summary(
+        _agentrl("rollout", "--policy", f"hf:{args.model}", *evals, "--out", str(out / "imported.jsonl"))[0]
     )
-    print("|---|---|---|---|---|")
-    for name, reward, tools, official, wall in rows:
-        share = "-" if official is None else f"{official:.0%}"
-        print(f"| {name} | {reward:.3f} | {tools:.0%} | {share} | {wall:.0f} |")
-    print(f"\ntraining run: {train_s / 60:.1f} min wall, peak RSS {train_gb:.1f} GB")
-    print((run / "summary.json").read_text())
+    f = "{:.3f}".format
+    print(
+        "| model | held-out mean normalised reward [95% CI] | episodes with a tool call | official share of opened pages |"
+    )
+    print("|---|---|---|---|")
+    share = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    print(
+        f"| imported | {f(imported['mean_normalized_reward'])} | {imported['tool_call_episodes']:.0%} "
+        f"| {share(imported['official_share'])} |"
+    )
+    for name, key in (
+        ("warm start (before RL)", "eval_before"),
+        ("warm start + GRPO (after RL)", "eval_after"),
+    ):
+        e = summary[key]
+        r = e["reward"]
+        print(
+            f"| {name} | {f(r['mean'])} [{f(r['low'])}, {f(r['high'])}] | {e['tool_call_episodes']:.0%} "
+            f"| {share(e.get('official_share'))} |"
+        )
+    g = summary["eval_gain"]["difference"]
+    print(
+        f"\nRL's paired held-out gain: {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] over "
+        f"{summary['eval_after']['tasks']} tasks × {args.samples}"
+    )
+    print(f"training run: {train_s / 60:.1f} min wall, peak RSS {train_gb:.1f} GB")
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

@@ -236,16 +236,21 @@ def test_smollm2(
     table = [line for line in lines(out, "| ") if not line.startswith("| model")]
     assert [row.split(" | ")[0] for row in table] == [
         "| imported",
-        "| warm start only",
-        "| warm start + GRPO",
+        "| warm start (before RL)",
+        "| warm start + GRPO (after RL)",
     ]
     for row in table:
-        reward, tool_share, *_ = numbers(row)
+        cells = row.split(" | ")
+        reward, tool_share = numbers(cells[1])[0], numbers(cells[2])[0]
         assert 0 <= reward <= 1 and 0 <= tool_share <= 100, row
     assert numbers(lines(out, "training run:")[0])[0] > 0
+    assert lines(out, "RL's paired held-out gain:")  # the training run's own evaluations, paired
     summary = json.loads(out[out.index("{") :])
     assert summary["steps"] == 1 and math.isfinite(summary["final"]["actor/entropy"])
-    assert {p.name for p in tmp_path.iterdir()} >= {"run", "warm-start-only", "imported.jsonl"}
+    assert (
+        summary["eval_before"]["tasks"] == summary["eval_after"]["tasks"] == 1
+    )  # --limit 1: every evaluation
+    assert {p.name for p in tmp_path.iterdir()} >= {"run", "imported.jsonl"}
     real_model.assert_the_smollm2_example_trained(smollm2_dir, tmp_path / "run", max_new_tokens=16)
 
 
@@ -487,6 +492,23 @@ def test_seeds_summary_over_seeds() -> None:
     assert text.count("| 0.250 → – |") == 3  # the multi-source tasks' held-out mean (none after here)
     # issue 36's bar: gain >= 0.10 with its interval above 0 and held-out >= 0.40 after RL
     assert [seeds.meets_bar(r) for r in (run(0, 0.45), run(1, 0.05), run(2, 0.3))] == [True, False, False]
+    # issue 38's bar: the warm start itself >= 0.40 held-out, after >= 0.60, gain >= 0.05, <= 4 GiB
+    pretrained = run(3, 0.1) | {
+        "before": {"mean": 0.5},
+        "after": {"mean": 0.65},
+        "peak_rss_mb": 3900.0,
+        "seconds": 1500.0,
+    }
+    bar = seeds.BARS["smollm2"]
+    assert seeds.meets_bar(pretrained, bar) and not seeds.meets_bar(
+        pretrained
+    )  # 25 min: not the quickstart's
+    for worse in ({"before": {"mean": 0.35}}, {"after": {"mean": 0.55}}, {"peak_rss_mb": 4200.0},
+                  {"peak_rss_mb": None}, {"seconds": 1801.0}, {"gain": {"mean": 0.04, "low": 0.01}}):  # fmt: skip
+        assert not seeds.meets_bar(pretrained | worse, bar), worse
+    iv = {"mean": 0.5, "low": 0.4, "high": 0.6}
+    text = seeds.table([pretrained | {"before": iv, "after": iv}], check=True, bar=bar)  # after < 0.60
+    assert "| 3.81 GiB | NO |" in text and "largest peak RSS seed 3: 3.81 GiB" in text
 
 
 @smoke("long_horizon")
