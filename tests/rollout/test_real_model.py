@@ -135,8 +135,10 @@ def assert_the_smollm2_example_trained(smollm2_dir: Path, out: Path, max_new_tok
     template and trained the last decoder layers only, and every sampled turn kept its ids and
     stopped on ``<|im_end|>``. ``tests/bench/test_smoke.py::test_smollm2`` makes that run (the
     benchmark's training run is the example's config), so the 135M model trains once per suite."""
-    (row,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    (row,) = [r for r in rows if r["step"] >= 1]  # step 0: the held-out evaluation before RL
     assert row["step"] == 1 and all(math.isfinite(v) for v in row.values())
+    assert [r["step"] for r in rows if "val/reward/mean" in r] == [0, 1]  # before RL and after its last step
     # Only the last 8 of the 30 layers (and the final norm) trained: the warm start moved them.
     from safetensors.torch import load_file
 
