@@ -226,14 +226,15 @@ def test_replay_tensors_on_a_full_disk_names_the_file(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     from agentrl.replay import save_tensors
 
-    def write_bytes(self, data):
+    def fsync(fd):  # a full disk, where the atomic write meets it: the data reaching the disk
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    monkeypatch.setattr(os, "fsync", fsync)
     out = tmp_path / "b.pt"
     with pytest.raises(OSError) as e:
         save_tensors({"x": torch.zeros(2)}, out)
     assert e.value.filename == str(out) and e.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []  # neither the file nor the temporary one is left
 
 
 def test_naming_leaves_named_and_non_write_errors_alone(tmp_path):
