@@ -15,9 +15,6 @@ from agentrl.env.sandbox.pages import OFFICIAL_KINDS
 from agentrl.trajectory import Trajectory
 from agentrl.trajectory.tools import tool_arg, tools_with_role
 
-# open_url; a tuple, not a set: a hand-written tool_log may hold an unhashable "tool"
-_PAGE_TOOLS = tools_with_role("page")
-
 __all__ = ["OPENED", "OPENED_OFFICIAL", "opened_sources", "page_kinds"]
 
 OPENED = "env/opened_pages"
@@ -44,7 +41,7 @@ def opened_sources(trajs: Sequence[Trajectory], kinds: dict[str, str]) -> dict[s
         for entry in t.info.get("tool_log") or []:
             if (
                 not isinstance(entry, dict)
-                or entry.get("tool") not in _PAGE_TOOLS
+                or entry.get("tool") not in tools_with_role("page")
                 or entry.get("ok") is not True
             ):
                 continue

@@ -18,7 +18,6 @@ _WORD = re.compile(r"\S+")
 _CALLS = re.compile(
     r"<tool_call>.*?(?:</tool_call>|$)|<(" + "|".join(map(re.escape, TOOLS)) + r")>.*?</\1>", re.S
 )  # a Hermes call, or a Search-R1 tag of a tool
-_ANSWER_TOOLS = frozenset(tools_with_role("answer"))
 
 
 class TurnView(BaseModel):
@@ -100,7 +99,7 @@ def format_turns(turns: list[TurnView], width: int = 160) -> str:
         if v.thought:
             lines.append(f"  thought      {_short(v.thought, width)}")
         for c in v.calls:
-            if c not in _ANSWER_TOOLS:
+            if c not in tools_with_role("answer"):
                 lines.append(f"  tool call    {_short(c, width)}")
         for o in v.observations:
             lines.append(f"  observation  {_short(o, width)}  ({len(o)} chars)")

@@ -51,7 +51,6 @@ _NUM = re.compile(
 )
 _CITE = re.compile(r"\\cite\{([^{}]*)\}")
 _URL_LINE = re.compile(r"^URL: (\S+)", re.MULTILINE)
-_PAGE_TOOLS = frozenset(tools_with_role("page"))  # the tools whose results are pages (open_url)
 #: Two printed figures are the same figure when they differ by at most this fraction (rounding).
 SAME = 0.005
 
@@ -113,7 +112,7 @@ class Evidence:
     @property
     def pages(self) -> list[Observation]:
         """The pages the agent opened (the results of tools in the ``page`` role: ``open_url``)."""
-        return [o for o in self.observations if o.tool in _PAGE_TOOLS]
+        return [o for o in self.observations if o.tool in tools_with_role("page")]
 
     def opened(self, key: str, sources: dict[str, str]) -> list[Observation]:
         """The opened pages a cite key names: by URL, or through ``sources`` (key → URL)."""
@@ -144,7 +143,7 @@ def evidence_of(trajectory: Trajectory | Sequence[Message]) -> Evidence:
             turn += 1
             for c in m.tool_calls or []:
                 url = None
-                if c.function.name in _PAGE_TOOLS:
+                if c.function.name in tools_with_role("page"):
                     with contextlib.suppress(ValueError):  # arguments that are not JSON: no URL
                         url = tool_arg(c.function.name, "page", c.function.parsed_arguments())
                 calls[c.id] = (c.function.name, url or "", turn)
@@ -157,7 +156,7 @@ def evidence_of(trajectory: Trajectory | Sequence[Message]) -> Evidence:
             continue
         name, url, at = calls[m.tool_call_id or ""]
         urls: set[str] = set()
-        if name in _PAGE_TOOLS:
+        if name in tools_with_role("page"):
             urls = {normalize_url(u) for u in (url, *_URL_LINE.findall(text[:2000])) if u}
         out.append(Observation(name, frozenset(urls), text, at))
     return Evidence(tuple(out))

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.jsonl import dumps
-from agentrl.trajectory.tools import ANSWER, TOOLS
+from agentrl.trajectory.tools import ANSWER, tools_with_role
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -287,7 +287,7 @@ def answer_report(arguments: Any) -> str | None:
 def first_answer(message: Message) -> tuple[int, str] | None:
     """``(index, report)`` of the first valid ``answer`` call among ``message.tool_calls``, else None."""
     for i, call in enumerate(message.tool_calls or []):
-        if (spec := TOOLS.get(call.function.name)) is None or spec.role != "answer":
+        if call.function.name not in tools_with_role("answer"):
             continue
         try:
             report = answer_report(call.function.parsed_arguments())

@@ -15,6 +15,7 @@ answers). A tool's role says what its calls are:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -77,8 +78,10 @@ ANSWER = ToolSpec(
 TOOLS: Mapping[str, ToolSpec] = MappingProxyType({t.name: t for t in (SEARCH, PAGE, ANSWER)})
 
 
+@functools.cache  # the table is read-only: each role's answer is fixed, and loops over tool logs ask it
 def tools_with_role(role: Role) -> tuple[str, ...]:
-    """The names of the tools whose calls play ``role``."""
+    """The names of the tools whose calls play ``role`` (a tuple: membership of an unhashable value,
+    such as a hand-written tool log's ``"tool": [...]``, is False, not a ``TypeError``)."""
     return tuple(name for name, t in TOOLS.items() if t.role == role)
 
 
