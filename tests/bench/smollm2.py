@@ -10,7 +10,7 @@ evaluations (``eval:`` in the config) score the held-out split of ``examples/smo
 evaluation of the imported model on the same split (``agentrl rollout``, the evaluations' seeds and
 temperature). Prints a markdown table (held-out mean normalised reward with its 95% interval, the
 share of episodes with a tool call, the official share of opened pages), the paired gain, the run's
-wall time and peak RSS, and its ``summary.json``. Needs the imported model (``agentrl model
+wall time and peak RSS (its ``peak_rss_mb``), and its ``summary.json``. Needs the imported model (``agentrl model
 import-gguf``); about 45 minutes on two quiet cores. ``--set`` (training config overrides),
 ``--limit`` (the first N held-out tasks, every evaluation), ``--samples`` (per task) and
 ``--max-tokens`` (the imported model's evaluation) shrink the same command sequence for a smoke test.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -33,16 +32,14 @@ EVAL = [
 ]  # fmt: skip
 
 
-def _agentrl(*args: str) -> tuple[str, float, float]:
-    """Run one agentrl command; its stdout, wall seconds and the peak RSS (GB) of its process tree."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def _agentrl(*args: str) -> tuple[str, float]:
+    """Run one agentrl command; its stdout and wall seconds."""
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "agentrl", *args], capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         sys.exit(f"agentrl {' '.join(args)} failed: {r.stderr.strip().splitlines()[-1:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return r.stdout, wall, max(peak, before) / 2**20
+    return r.stdout, wall
 
 
 def _summary(stdout: str) -> dict:
@@ -66,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     run = out / "run"
     sets = [f"model.path={args.model}", f"eval.n={args.samples}", *args.set]
     sets += [f"eval.limit={args.limit}"] if args.limit else []
-    _, train_s, train_gb = _agentrl(
+    _, train_s = _agentrl(
         "train",
         CONFIG,
         "--no-progress",
@@ -105,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         f"\nRL's paired held-out gain: {g['mean']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}] over "
         f"{summary['eval_after']['tasks']} tasks × {args.samples}"
     )
-    print(f"training run: {train_s / 60:.1f} min wall, peak RSS {train_gb:.1f} GB")
+    print(f"training run: {train_s / 60:.1f} min wall, peak RSS {summary['peak_rss_mb'] / 1024:.1f} GiB")
     print(json.dumps(summary, indent=1))
 
 
