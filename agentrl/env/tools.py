@@ -109,9 +109,9 @@ def check_args(name: str, args: dict[str, Any], default_k: int) -> dict[str, Any
             f"unknown argument(s) {', '.join(extra)} for {name}; expected {', '.join(sorted(allowed))}"
         )
     if spec.role == "search":
-        return {"query": _str(args, "query", 1000), "k": _int(args, "k", default_k, 1, 20)}
+        return {spec.arg: _str(args, spec.arg, 1000), "k": _int(args, "k", default_k, 1, 20)}
     if spec.role == "page":
-        return {"url": _str(args, "url", 4000), "page": _int(args, "page", 1, 1, 100_000)}
+        return {spec.arg: _str(args, spec.arg, 4000), "page": _int(args, "page", 1, 1, 100_000)}
     report = answer_report(args)  # the rule Trajectory.final_report() applies too
     if report is None:
         raise ArgError('"report" is required and must be a string')
