@@ -19,6 +19,7 @@ import torch
 from agentrl.algos import AdaptiveKLController, FixedKLController
 from agentrl.errors import ConfigError
 from agentrl.learn.forward import set_logits_chunk
+from agentrl.learn.memory import checkpointing_choice, enable_checkpointing
 from agentrl.learn.models import ValueModel, build_tiny_model, frozen_copy, train_last_layers
 from agentrl.train.config import OptimConfig, TrainConfig
 from agentrl.train.distributed import broadcast_parameters, world_size
@@ -43,6 +44,7 @@ class Models:
     lora: bool  # with LoRA the reference is the policy with its adapters disabled
     uses_ref: bool  # a KL term needs reference log-probs
     fsdp: bool  # policy, reference and critic are sharded over the ranks
+    checkpointing: str = ""  # the run log's line: gradient checkpointing on or off, and why
 
     def checkpointed(self) -> Modules:
         """Name → (module, its optimiser) of everything a checkpoint holds, in the checkpoint's keys."""
@@ -99,7 +101,9 @@ def load_tokenizer(cfg: TrainConfig, saved: Path, resume: bool, texts: Callable[
     return tok
 
 
-def _policy(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
+def _policy(cfg: TrainConfig, vocab_size: int, device: torch.device) -> tuple[torch.nn.Module, str]:
+    """The policy on ``device``, its trained layers marked, checkpointing chosen (and the log line
+    saying why), LoRA adapters added."""
     m = cfg.model
     if m.path.startswith("tiny:"):
         model = build_tiny_model(vocab_size, m.path, seed=cfg.seed)
@@ -117,15 +121,21 @@ def _policy(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     set_logits_chunk(model, m.logits_chunk_tokens)  # the reference, a deep copy, inherits it
     if m.trainable_layers > 0:
         train_last_layers(model, m.trainable_layers)
-    if m.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    model = model.to(device)
+    a, max_len = cfg.algorithm, cfg.rollout.max_len
+    on, why = checkpointing_choice(
+        model, m.gradient_checkpointing, max(a.micro_batch_tokens, max_len), m.activation_memory_mb,
+        line=max_len, packed=a.pack_sequences,
+    )  # fmt: skip
+    if on:
+        enable_checkpointing(model)
     if m.lora_rank > 0:
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError:
             raise ConfigError("model.lora_rank > 0 needs peft: pip install peft") from None
         model = get_peft_model(model, LoraConfig(r=m.lora_rank, lora_alpha=2 * m.lora_rank))
-    return model
+    return model, why
 
 
 def lr_lambda(o: OptimConfig, steps: int) -> Callable[[int], float]:
@@ -149,7 +159,7 @@ def build_models(cfg: TrainConfig, vocab_size: int, device: torch.device) -> Mod
     """Policy (with LoRA adapters when ``model.lora_rank > 0``), reference, critic (PPO), FSDP2
     sharding under torchrun with ``parallelism: fsdp``, AdamW optimisers, schedule, KL controller."""
     a, o = cfg.algorithm, cfg.optim
-    policy = _policy(cfg, vocab_size).to(device)
+    policy, checkpointing = _policy(cfg, vocab_size, device)
     lora = cfg.model.lora_rank > 0
     uses_ref = a.kl_in_reward or a.kl_loss_coef > 0
     ref = frozen_copy(policy) if uses_ref and not lora else None
@@ -186,4 +196,4 @@ def build_models(cfg: TrainConfig, vocab_size: int, device: torch.device) -> Mod
         if a.kl_target is not None
         else FixedKLController(a.kl_coef)
     )
-    return Models(policy, ref, critic, opt, critic_opt, sched, kl_ctrl, lora, uses_ref, fsdp)
+    return Models(policy, ref, critic, opt, critic_opt, sched, kl_ctrl, lora, uses_ref, fsdp, checkpointing)

@@ -68,7 +68,19 @@ class ModelConfig(_Strict):
     critic_backbone: Literal["separate", "shared"] = Field(
         "separate", description="the critic's backbone: a separate copy of the policy, or the policy's own"
     )
-    gradient_checkpointing: bool = Field(False, description="recompute activations in backward (GPU memory)")
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        "auto",
+        description="recompute each trained layer's activations in backward (a second forward pass through "
+        "the trained layers, for their memory); auto = on when one micro-batch would keep more than "
+        "activation_memory_mb (measured by a probe pass at start-up, logged)",
+    )
+    activation_memory_mb: float | None = Field(
+        None,
+        gt=0,
+        description="the activations one micro-batch may keep for backward before gradient_checkpointing: "
+        "auto turns checkpointing on (a micro-batch: algorithm.micro_batch_tokens, or a longer row); "
+        "null = 1024 on a CPU, a quarter of the GPU's memory",
+    )
     lora_rank: int = Field(0, ge=0, description="LoRA rank via peft; 0 = full fine-tuning")
     trainable_layers: int = Field(
         0,

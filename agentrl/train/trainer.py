@@ -184,6 +184,8 @@ class Trainer(StepSampling, Checkpointing, WarmStart):
         )  # fmt: skip
         if r.engine == "hf" and r.staleness == 0 and is_main():
             self.report.note(describe_threads(self.model, r.sampling_threads))
+        if is_main():
+            self.report.note(self.models.checkpointing)
         # rollout.staleness: 1 — step k+1 samples in the background while step k updates
         self.sampler: OneStepOffPolicy | None = None
         if r.staleness == 1:

@@ -109,3 +109,5 @@ class WarmStart:
         self.warm_from = None
         if self.sft_data:
             self.save()  # type: ignore[attr-defined]
+        # Done: the warm start's AdamW moments (twice the trained weights: 1 GB for a 135M model) go.
+        self.sft_opt, self.sft_rng = None, None

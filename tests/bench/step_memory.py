@@ -46,7 +46,9 @@ def _case(vocab: int, mode: str, a: argparse.Namespace) -> dict:
 
         train_last_layers(model, a.trainable_layers)
     if a.gradient_checkpointing:  # as model.gradient_checkpointing: true does in the trainer
-        model.gradient_checkpointing_enable()
+        from agentrl.learn.memory import enable_checkpointing
+
+        enable_checkpointing(model)
     if mode == "full":  # every position through the head, as before policy_only
         full = update.forward_logprobs
 

@@ -302,6 +302,31 @@ def test_step_memory(at_root: None, capsys: pytest.CaptureFixture[str]) -> None:
     assert rows[0][5] == rows[1][5]
 
 
+@pytest.mark.slow
+@smoke("train_memory")
+def test_train_memory(at_root: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.bench import train_memory
+
+    config = _tiny_config(tmp_path, sft_steps=2, steps=1)
+    train_memory.main([config, "--steps", "2", "--sft-steps", "2", "--limit-mb", "100000"])
+    out = capsys.readouterr().out
+    phases = [r.split("|")[1].strip() for r in out.splitlines() if r.startswith("| ")][1:]
+    assert phases == [
+        "start-up (data, tokenizer, model)", "warm start", "step 1: rollout", "step 1: update",
+        "step 2: rollout", "step 2: update", "whole run (summary.json's peak_rss_mb; sampled)",
+    ], out  # fmt: skip
+    assert "gradient checkpointing: off (auto:" in out
+    rss = [
+        numbers(r.split("|")[3].replace(",", ""))[0]
+        for r in out.splitlines()
+        if r.startswith("| ") and "MB" not in r
+    ]
+    assert all(mb > 0 for mb in rss), out
+    with pytest.raises(SystemExit) as over:  # a limit under the peak fails the bench, with code 1
+        train_memory.main([config, "--steps", "1", "--sft-steps", "1", "--limit-mb", "1"])
+    assert over.value.code == 1
+
+
 def _tiny_config(tmp_path: Path, **over: object) -> str:
     """tests/train's tiny config as a YAML file (an in-process tokenizer, two tasks per group)."""
     import yaml

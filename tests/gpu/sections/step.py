@@ -33,6 +33,7 @@ GROUP = 4
 def _variant(model, batch, groups, algo: str, chunk: int, ckpt: bool, dev) -> dict:  # type: ignore[no-untyped-def]
     from agentrl.learn.algorithm import AlgorithmConfig
     from agentrl.learn.forward import set_logits_chunk
+    from agentrl.learn.memory import enable_checkpointing
     from agentrl.learn.models import ValueModel
     from agentrl.train.update import (
         chunked_forward,
@@ -47,7 +48,7 @@ def _variant(model, batch, groups, algo: str, chunk: int, ckpt: bool, dev) -> di
     tokens = int(batch["attention_mask"].sum())
     cfg = AlgorithmConfig(name=algo, mini_batch_size=rows)
     set_logits_chunk(model, chunk)
-    model.gradient_checkpointing_enable() if ckpt else model.gradient_checkpointing_disable()
+    enable_checkpointing(model) if ckpt else model.gradient_checkpointing_disable()
     batch = dict(batch)
     with measure(dev) as old:
         batch["old_logprobs"] = chunked_forward(
