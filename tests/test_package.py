@@ -37,7 +37,7 @@ LAYERS = {
     "learn": 2,
     "rollout": 3,
     "eval": 3.5,  # DESIGN.md's layer 7 beside train, but below it here: train calls the evaluation hook
-    "sampling": 3.5,  # everything that samples tokens (HF, KV cache, vLLM, sampler process, hf: policy)
+    "sampling": 3.5,  # everything that samples tokens (HF, KV cache, vLLM, sampler process, engines)
     "train": 4,
     "replay": 5,
     "explain": 5,

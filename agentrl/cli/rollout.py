@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from agentrl.cli.args import float_range, int_range
@@ -123,13 +122,14 @@ def add_rollout_arguments(p: Any) -> None:
     )
 
 
-def _config(args: argparse.Namespace) -> dict[str, Any]:
+def _config(args: argparse.Namespace, run: Any) -> dict[str, Any]:
+    """The env config of the rollout: ``run``'s (``--policy hf:RUN``) under ``--config`` and the flags."""
     from pathlib import Path
 
     from agentrl.env.config import merge_env_config, read_env_yaml
 
     cfg: dict[str, Any] = merge_env_config(
-        _run_env(args.policy), read_env_yaml(args.config) if args.config else {}
+        run.env_config if run is not None else {}, read_env_yaml(args.config) if args.config else {}
     )
     if args.suite:
         cfg["suite"] = args.suite
@@ -147,39 +147,17 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-def _run_of(policy: str) -> Any:
-    """The ``RunDir`` of ``--policy hf:RUN`` when RUN is an ``agentrl train`` run or checkpoint."""
-    from agentrl.learn.policy_model import checkpoint_run_dir
-    from agentrl.rundir import RunDir
-
-    run = checkpoint_run_dir(policy[3:]) if policy.startswith("hf:") and policy[3:] else None
-    return None if run is None else RunDir(run)
-
-
-def _run_env(policy: str) -> dict[str, Any]:
-    """For ``--policy hf:RUN`` (an ``agentrl train`` run or checkpoint): the env its episodes ran in
-    (``RolloutConfig.env_config``: the run's suite, ``rollout.env`` — prompt, tools, format, budgets
-    — and ``max_turns``), so a run is evaluated in the env it trained in; ``--config``'s settings
-    merge over it, ``--suite`` and ``--split`` replace. The run's config is read as ``agentrl
-    replay`` reads it (retired keys dropped). Empty for any other policy."""
-    from agentrl.train.run_config import load_run_config
-
-    run = _run_of(policy)
-    return {} if run is None else load_run_config(run)[0].rollout.env_config()
-
-
-def _run_sampling(policy: str) -> dict[str, Any] | None:
-    """What ``hf:RUN`` samples with beyond the flags (the run's recorded spec, ``eval.temperature``
-    and ``rollout.context``), for the resume check: an ``--out`` sampled otherwise is not resumed."""
-    from agentrl.train.run_config import load_run_config
-
-    run = _run_of(policy)
-    if run is None:
+def _run_sampling(policy: str) -> Any:
+    """For ``--policy hf:RUN`` (an ``agentrl train`` run or checkpoint): how the run samples
+    (``agentrl.train.run_sampling.RunSampling``: its env, spec, ``eval.temperature`` and
+    ``rollout.context``), read once; None for any other policy. The run's env is the base of the
+    rollout's (a run is evaluated in the env it trained in): ``--config``'s settings merge over it,
+    ``--suite`` and ``--split`` replace."""
+    if not policy.startswith("hf:") or not policy[3:]:
         return None
-    cfg = load_run_config(run)[0]
-    spec = json.loads(run.sampling_file.read_text()) if run.sampling_file.is_file() else None
-    context = cfg.rollout.context.model_dump(mode="json")
-    return {"spec": spec, "eval_temperature": cfg.eval.temperature, "context": context}
+    from agentrl.train.run_sampling import read_run_sampling
+
+    return read_run_sampling(policy[3:])
 
 
 def _judge_cache(args: argparse.Namespace) -> str | None:
@@ -190,7 +168,7 @@ def _judge_cache(args: argparse.Namespace) -> str | None:
     return str(args.judge_cache or default_cache_path())
 
 
-def _params(args: argparse.Namespace, env_config: dict[str, Any]) -> dict[str, Any]:
+def _params(args: argparse.Namespace, env_config: dict[str, Any], run: Any) -> dict[str, Any]:
     """The parameters that decide what this rollout samples and how it is scored, as flags (see
     ``agentrl.rollout.resume``): a resumed ``--out`` must have been written with the same."""
     from pathlib import Path
@@ -208,9 +186,8 @@ def _params(args: argparse.Namespace, env_config: dict[str, Any]) -> dict[str, A
             if value is not None:
                 params[flag] = value
     params |= {"--seed": args.seed, "--suite": suite}
-    run_sampling = _run_sampling(args.policy)
-    if run_sampling is not None:
-        params["hf:RUN sampling"] = run_sampling
+    if run is not None:
+        params["hf:RUN sampling"] = run.params()
     if args.judge_model:
         params["--judge-model"] = args.judge_model
     return params | env_params(env_config)
@@ -253,14 +230,15 @@ def _rollout(args: argparse.Namespace) -> Any:
     from agentrl.rollout.runner import select_tasks
 
     check_output_file(args.out)
-    cfg = _config(args)
+    run = _run_sampling(args.policy)
+    cfg = _config(args, run)
     if cfg.get("cache", {}).get("mode") == "record":
         check_output_file(cfg["cache"]["path"], flag="--cache-path")
     env_config = load_env_config(cfg, source=args.config or "<command line>")
     select_tasks(
         load_suite(env_config.suite).tasks_in(env_config.split), args.task, args.limit
     )  # unknown ids fail here
-    params = _params(args, env_config.model_dump(mode="json"))
+    params = _params(args, env_config.model_dump(mode="json"), run)
     check_resume(args.out, params)
     policy_opts = {
         "noise": args.noise,
@@ -277,10 +255,14 @@ def _rollout(args: argparse.Namespace) -> Any:
             raise ConfigError("--policy hf: samples in this process; drop --ray")
         if not args.policy[3:]:
             raise ConfigError("--policy: hf needs a path, as hf:PATH")
-        from agentrl.sampling.hf_policy import load_hf_policy
+        from agentrl.train.hf_policy import load_hf_policy
 
         policy = load_hf_policy(
-            args.policy[3:], device=args.device, temperature=args.temperature, max_tokens=args.max_tokens
+            args.policy[3:],
+            device=args.device,
+            temperature=args.temperature,
+            max_tokens=args.max_tokens,
+            run=run,
         )
     else:
         policy = make_policy(args.policy, **policy_opts)

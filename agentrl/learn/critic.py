@@ -37,39 +37,23 @@ def load_critic(path: str | Path) -> Any:
     """
     import torch
 
-    from agentrl.learn.models import ValueModel, build_tiny_model
+    from agentrl.learn.models import ValueModel
+    from agentrl.learn.policy_model import load_checkpoint_state, rebuild_model
 
     file = checkpoint_state_file(path)
     if file is None:
         raise ConfigError(f"--critic {path}: no checkpoint (state.pt) there")
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as e:  # a truncated or foreign file
-        raise ConfigError(f"--critic {file}: not a checkpoint: {e}") from None
+    state = load_checkpoint_state(file, "--critic ")
     if isinstance(state, dict) and state.get("sharded"):
         state = {**state, **_gather_shards(file.parent / SHARDED)}
     if not isinstance(state, dict) or "critic" not in state:
         raise ConfigError(f"--critic {file}: the checkpoint has no critic (was the run PPO?)")
     sd: dict[str, torch.Tensor] = state["critic"]
     model_cfg = (state.get("config") or {}).get("model") or {}
-    spec = str(model_cfg.get("path", "tiny:"))
     shared = model_cfg.get("critic_backbone") == "shared"
     if int(model_cfg.get("lora_rank") or 0) > 0 and shared:
         raise ConfigError(f"--critic {file}: a critic shared with a LoRA policy cannot be rebuilt")
-    embed = next((v for k, v in sd.items() if k.endswith("embed_tokens.weight")), None)
-    if spec.startswith("tiny:"):
-        if embed is None:
-            raise ConfigError(f"--critic {file}: no embedding in the critic's weights")
-        policy = build_tiny_model(int(embed.shape[0]), spec)
-    else:
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        try:
-            config = AutoConfig.from_pretrained(spec, local_files_only=True)
-        except OSError as e:
-            raise ConfigError(f"--critic: cannot read the model config of {spec!r} offline: {e}") from None
-        policy = AutoModelForCausalLM.from_config(config)
-    critic = ValueModel.from_policy(policy, shared=shared)
+    critic = ValueModel.from_policy(rebuild_model(model_cfg, sd, f"--critic {file}: "), shared=shared)
     try:
         critic.load_state_dict(sd)
     except RuntimeError as e:

@@ -17,14 +17,21 @@ from agentrl.errors import ConfigError
 from agentrl.rundir import (
     SHARDED,
     STATE,
-    TOKENIZER,
     RunDir,
     checkpoint_damage,
     checkpoint_state_file,
     load_error,
+    run_of_checkpoint,
 )
 
-__all__ = ["LoadedPolicy", "checkpoint_run_dir", "load_policy_model", "pick_device"]
+__all__ = [
+    "LoadedPolicy",
+    "checkpoint_run_dir",
+    "load_checkpoint_state",
+    "load_policy_model",
+    "pick_device",
+    "rebuild_model",
+]
 
 
 @dataclass
@@ -34,8 +41,9 @@ class LoadedPolicy:
     model: Any
     tokenizer: Any
     source: str
-    #: For an ``agentrl train`` checkpoint: its run directory and the config it was saved with
-    #: (``load_hf_policy`` samples as the run did); None for a transformers directory.
+    #: For an ``agentrl train`` checkpoint: its run directory (``load_hf_policy`` samples as the run
+    #: did: ``agentrl.train.read_run_sampling``) and the config the checkpoint was saved with; None
+    #: for a transformers directory.
     run_dir: Path | None = None
     run_config: dict[str, Any] | None = None
 
@@ -55,21 +63,42 @@ def pick_device(device: str = "auto") -> Any:
     return dev
 
 
-def _run_of_state(file: Path) -> Path:
-    """The run directory of a checkpoint's state file: ``RUN/checkpoints/step_NNNNN/state.pt``."""
-    return file.parent.parent.parent
+def load_checkpoint_state(file: Path, what: str) -> Any:
+    """The object an ``agentrl train`` checkpoint's ``state.pt`` holds, memory-mapped on the CPU;
+    ``ConfigError`` ``WHAT FILE: not a torch checkpoint (...)`` for a truncated or foreign file."""
+    import torch
+
+    try:
+        return torch.load(file, map_location="cpu", weights_only=False, mmap=True)
+    except Exception as e:  # a truncated or foreign file (torch's own words may blame mmap)
+        raise ConfigError(f"{what}{file}: not a torch checkpoint ({load_error(e)})") from None
+
+
+def rebuild_model(model_cfg: dict[str, Any], weights: dict[str, Any], what: str) -> Any:
+    """The policy architecture a checkpoint's ``config.model`` names, with random weights: a
+    ``tiny:`` spec at the vocabulary of the embedding in ``weights``, or a model directory's config
+    read offline. ``what`` (``"hf:FILE: "``, ``"--critic FILE: "``) begins every error."""
+    spec = str(model_cfg.get("path", "tiny:"))
+    if spec.startswith("tiny:"):
+        from agentrl.learn.models import build_tiny_model
+
+        embed = next((v for k, v in weights.items() if k.endswith("embed_tokens.weight")), None)
+        if embed is None:
+            raise ConfigError(f"{what}no embedding in the checkpoint's weights")
+        return build_tiny_model(int(embed.shape[0]), spec)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(spec, local_files_only=True)
+    except OSError as e:
+        raise ConfigError(f"{what}cannot read the model config of {spec!r} offline: {e}") from None
+    return AutoModelForCausalLM.from_config(config)
 
 
 def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
-    import torch
     from transformers import AutoTokenizer
 
-    from agentrl.learn.models import build_tiny_model
-
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
-    except Exception as e:  # a truncated or foreign file (torch's own words may blame mmap)
-        raise ConfigError(f"hf:{file}: not a torch checkpoint ({load_error(e)})") from None
+    state = load_checkpoint_state(file, "hf:")
     if not isinstance(state, dict) or "model" not in state:
         raise ConfigError(f"hf:{file}: not an agentrl checkpoint (no model weights)")
     if state.get("sharded"):
@@ -81,25 +110,11 @@ def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
     if int(model_cfg.get("lora_rank") or 0) > 0:
         raise ConfigError(f"hf:{file}: a LoRA checkpoint; merge its adapters into a transformers directory")
     sd = state["model"]
-    spec = str(model_cfg.get("path", "tiny:"))
-    run = _run_of_state(file)
-    tok_dir = run / TOKENIZER
+    tok_dir = RunDir(run_of_checkpoint(file)).tokenizer_dir
     if not tok_dir.is_dir():
         raise ConfigError(f"hf:{file}: the run's tokenizer ({tok_dir}) is missing")
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    if spec.startswith("tiny:"):
-        embed = next((v for k, v in sd.items() if k.endswith("embed_tokens.weight")), None)
-        if embed is None:
-            raise ConfigError(f"hf:{file}: no embedding in the checkpoint's weights")
-        model = build_tiny_model(int(embed.shape[0]), spec)
-    else:
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        try:
-            config = AutoConfig.from_pretrained(spec, local_files_only=True)
-        except OSError as e:
-            raise ConfigError(f"hf:{file}: cannot read the model config of {spec!r} offline: {e}") from None
-        model = AutoModelForCausalLM.from_config(config)
+    model = rebuild_model(model_cfg, sd, f"hf:{file}: ")
     try:
         model.load_state_dict(sd)
     except RuntimeError as e:
@@ -124,7 +139,8 @@ def _check_intact(path: str | Path, file: Path) -> None:
 def _is_model_dir(p: Path) -> bool:
     """Whether ``p`` is a transformers directory rather than an ``agentrl train`` run or checkpoint
     (a run directory holds a ``config.json`` too: its training config, beside ``checkpoints/``)."""
-    return (p / "config.json").is_file() and not (p / SHARDED).exists() and not (p / "checkpoints").is_dir()
+    run = RunDir(p)
+    return run.config_file.is_file() and not (p / SHARDED).exists() and not run.checkpoints_dir.is_dir()
 
 
 def checkpoint_run_dir(path: str | Path) -> Path | None:
@@ -135,7 +151,7 @@ def checkpoint_run_dir(path: str | Path) -> Path | None:
     if not p.exists() or _is_model_dir(p):
         return None
     file = checkpoint_state_file(p)
-    return None if file is None else _run_of_state(file)
+    return None if file is None else run_of_checkpoint(file)
 
 
 def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
@@ -162,7 +178,7 @@ def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
             )
         _check_intact(path, file)
         model, tokenizer, run_config = _from_checkpoint(file)
-        source, run_dir = str(file), _run_of_state(file)
+        source, run_dir = str(file), run_of_checkpoint(file)
     if not getattr(tokenizer, "chat_template", None):
         raise ConfigError(f"hf:{path}: the tokenizer has no chat template")
     return LoadedPolicy(model.to(dev).eval(), tokenizer, source, run_dir, run_config)

@@ -1,8 +1,9 @@
 """Policies (layer 2): produce assistant turns, with TITO data where the backend samples tokens.
 
 ``make_policy("oracle", noise=0.1)`` or ``make_policy("openai:MODEL", api_base=...)``. The ``hf``
-policy (a local transformers model, ``--policy hf:PATH``) lives in the sampling layer, which owns
-torch and the trainer's sampler: ``agentrl.sampling.hf_policy``.
+policy (a local transformers model or an ``agentrl train`` run, ``--policy hf:PATH``) samples with
+the trainer's own engine and reads a run's config, so it lives in the training layer:
+``agentrl.train.load_hf_policy``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,6 @@ def make_policy(spec: str, **kwargs: Any) -> Policy:
     if kind == "hf":  # a transformers model in this process: it needs torch, a layer above this one
         raise ConfigError(
             f"--policy {spec!r}: make_policy builds chat policies only; load hf:PATH with "
-            "agentrl.sampling.hf_policy.load_hf_policy (agentrl rollout does)"
+            "agentrl.train.load_hf_policy (agentrl rollout does)"
         )
     raise ConfigError(f"--policy: unknown policy {spec!r}; expected one of {POLICY_FORMS}")

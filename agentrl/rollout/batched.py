@@ -4,7 +4,7 @@ A ``BatchedPolicy`` wraps a rollout engine's ``rollout(envs, specs)``: it runs a
 through the one episode loop (``agentrl.rollout.episode``) in lock-step and returns their
 trajectories, with the sampled ids and log-probs (token-in-token-out). ``run_rollout`` hands it
 ``concurrency`` episodes at a time. The object is built above this layer
-(``agentrl.sampling.hf_policy`` wraps the trainer's own ``HFEngine``, so a rollout samples exactly as
+(``agentrl.train.hf_policy`` wraps the trainer's own ``HFEngine``, so a rollout samples exactly as
 training does).
 """
 

@@ -64,6 +64,7 @@ from agentrl.rundir.checkpoints import (
     checkpoint_state_file,
     file_digest,
     load_error,
+    run_of_checkpoint,
     write_checkpoint_manifest,
 )
 from agentrl.rundir.layout import (
@@ -129,6 +130,7 @@ __all__ = [
     "mend_jsonl_tail",
     "read_jsonl",
     "read_token_stats",
+    "run_of_checkpoint",
     "sft_name",
     "step_name",
     "step_number",

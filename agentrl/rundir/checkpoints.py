@@ -52,6 +52,12 @@ def checkpoint_state_file(path: str | Path) -> Path | None:
     return None
 
 
+def run_of_checkpoint(state_file: str | Path) -> Path:
+    """The run directory holding the checkpoint whose state file is ``state_file``
+    (``RUN/checkpoints/step_NNNNN/state.pt``, as ``checkpoint_state_file`` returns it)."""
+    return Path(state_file).parent.parent.parent
+
+
 def file_digest(path: Path) -> tuple[int, str]:
     """(size, sha256) of the file at ``path``, read a block at a time."""
     h, size = hashlib.sha256(), 0

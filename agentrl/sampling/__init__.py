@@ -7,8 +7,8 @@
   trainer updates.
 - ``VLLMRollout`` / ``VLLMEngine`` (``vllm_engine``): a vLLM server samples (``vllm_client``), and
   ``WeightSync`` (``vllm_sync``) pushes the trainer's weights after each update.
-- ``load_hf_policy`` (``hf_policy``): a local model as ``agentrl rollout --policy hf:PATH``, sampled by
-  the trainer's own ``HFEngine``.
+- ``hf_engine`` (``engines``): the in-process engine on a live model, which the trainer's steps,
+  its evaluation and the ``hf:`` policy (``agentrl.train.load_hf_policy``) all build.
 
 Every engine takes an ``EpisodeLoop``: the run's ``agentrl.tokens.SamplingSpec`` (stop ids, limits,
 temperature, top-p; one builder, ``agentrl.tokens.sampling_spec``), the expander that spec builds,
@@ -32,8 +32,8 @@ __all__ = [
     "RolloutEngine",
     "VLLMEngine",
     "VLLMRollout",
+    "hf_engine",
     "hf_generate_batch",
-    "load_hf_policy",
 ]
 
 _WHERE = {
@@ -45,8 +45,8 @@ _WHERE = {
     "RolloutEngine": "engines",
     "VLLMEngine": "vllm_engine",
     "VLLMRollout": "engines",
+    "hf_engine": "engines",
     "hf_generate_batch": "generate",
-    "load_hf_policy": "hf_policy",
 }
 
 

@@ -20,7 +20,7 @@ All run the one episode loop (``agentrl.rollout.episode``) and differ only in th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,9 +30,10 @@ from agentrl.errors import ConfigError
 from agentrl.learn.models import frozen_copy
 from agentrl.rollout.episode import EpisodeSpec
 from agentrl.sampling.hf import EpisodeLoop, HFEngine
+from agentrl.sampling.threads import ThreadsSetting, sampling_threads
 from agentrl.trajectory import Trajectory
 
-__all__ = ["EpisodeLoop", "HFEngine", "HFSnapshotEngine", "RolloutEngine", "VLLMRollout"]
+__all__ = ["EpisodeLoop", "HFEngine", "HFSnapshotEngine", "RolloutEngine", "VLLMRollout", "hf_engine"]
 
 
 class RolloutEngine(Protocol):
@@ -54,6 +55,17 @@ class RolloutEngine(Protocol):
     def close(self) -> None:
         """Release what the engine holds."""
         ...
+
+
+def hf_engine(
+    model: torch.nn.Module, loop: EpisodeLoop, *, pad_id: int, kv_cache_tokens: int, threads: ThreadsSetting
+) -> HFEngine:
+    """The in-process engine on the live ``model``: the trainer's steps (``rollout.staleness: 0``), its
+    evaluation and the ``hf:`` policy all build theirs here. ``threads``: ``rollout.sampling_threads``
+    (a count, ``"auto"``, or None for the process's)."""
+    return HFEngine(
+        model, loop, pad_id=pad_id, kv_cache_tokens=kv_cache_tokens, threads=sampling_threads(model, threads)
+    )
 
 
 class HFSnapshotEngine(HFEngine):
@@ -117,12 +129,22 @@ class VLLMRollout:
         return self._server
 
     def rollout(self, envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
-        lp = self.loop
-        results = self.server().run_episodes(
-            envs, specs, expander=lp.expander, stop_ids=lp.stop_ids, limits=lp.limits,
-            temperature=lp.temperature, top_p=lp.top_p, executor=lp.executor,
-        )  # fmt: skip
-        return [res.trajectory for res in results]
+        return self.rollout_with(self.loop)(envs, specs)
+
+    def rollout_with(
+        self, loop: EpisodeLoop
+    ) -> Callable[[Sequence[Any], Sequence[EpisodeSpec]], list[Trajectory]]:
+        """A rollout on the same server with another episode loop (the trainer's evaluation: its
+        spec's temperature, its context policy)."""
+
+        def rollout(envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
+            results = self.server().run_episodes(
+                envs, specs, expander=loop.expander, stop_ids=loop.stop_ids, limits=loop.limits,
+                temperature=loop.temperature, top_p=loop.top_p, executor=loop.executor,
+            )  # fmt: skip
+            return [res.trajectory for res in results]
+
+        return rollout
 
     def after_update(self, model: torch.nn.Module, step: int) -> None:
         """Rank 0 pushes the new weights; every rank waits for it. Never call it while a rollout is

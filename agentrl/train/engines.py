@@ -11,8 +11,7 @@ import torch
 
 from agentrl.errors import ConfigError
 from agentrl.learn.models import is_sharded
-from agentrl.sampling.engines import EpisodeLoop, HFEngine, HFSnapshotEngine, RolloutEngine, VLLMRollout
-from agentrl.sampling.threads import sampling_threads
+from agentrl.sampling.engines import EpisodeLoop, HFSnapshotEngine, RolloutEngine, VLLMRollout, hf_engine
 from agentrl.train.config import TrainConfig
 
 __all__ = ["make_engine"]
@@ -32,8 +31,9 @@ def make_engine(
         )  # fmt: skip
     cache_tokens = cfg.rollout.kv_cache_tokens if cfg.rollout.kv_cache else 0
     if cfg.rollout.staleness == 0:
-        threads = sampling_threads(model, cfg.rollout.sampling_threads)
-        return HFEngine(model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens, threads=threads)
+        return hf_engine(
+            model, loop, pad_id=pad_id, kv_cache_tokens=cache_tokens, threads=cfg.rollout.sampling_threads
+        )
     if is_sharded(model):
         raise ConfigError(
             "rollout.staleness: 1 with engine hf keeps a whole copy of the policy; "

@@ -11,7 +11,7 @@ with evaluation trains exactly as the same run without it.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -20,13 +20,11 @@ import numpy as np
 import torch
 
 from agentrl.eval.during_training import Evaluation, audit_summary, eval_env_config, eval_summary
-from agentrl.rollout.context import context_policy
-from agentrl.rollout.episode import EpisodeSpec
-from agentrl.sampling.hf import EpisodeLoop, HFEngine
-from agentrl.sampling.threads import sampling_threads
+from agentrl.sampling.engines import hf_engine
+from agentrl.sampling.hf import EpisodeLoop
 from agentrl.train.config import TrainConfig
 from agentrl.train.distributed import all_gather_objects, is_main, world_size
-from agentrl.trajectory import Trajectory
+from agentrl.train.run_sampling import run_sampling
 
 # ``Trainer`` below is ``agentrl.train.trainer.Trainer``, which imports this module.
 Trainer = Any
@@ -70,25 +68,14 @@ def check_evaluation(cfg: TrainConfig, env_config: dict[str, Any]) -> None:
 
 def _engine_rollout(trainer: Trainer) -> Any:
     """The eval episodes' rollout function: the live policy at ``eval.temperature``."""
-    cfg, r = trainer.cfg, trainer.cfg.rollout
-    temperature = cfg.eval.temperature if cfg.eval.temperature is not None else r.temperature
-    spec = replace(trainer.sampling, temperature=temperature)
-    loop = EpisodeLoop(spec, trainer.expander, trainer.pool, context_policy(r.context))
-    if r.engine == "vllm":
-        engine = trainer.engine
-
-        def vllm_rollout(envs: Sequence[Any], specs: Sequence[EpisodeSpec]) -> list[Trajectory]:
-            results = engine.server().run_episodes(  # type: ignore[attr-defined]
-                envs, specs, expander=loop.expander, stop_ids=loop.stop_ids, limits=loop.limits,
-                temperature=loop.temperature, top_p=loop.top_p, executor=loop.executor,
-            )  # fmt: skip
-            return [res.trajectory for res in results]
-
-        return vllm_rollout
+    r = trainer.cfg.rollout
+    how = run_sampling(trainer.cfg, trainer.sampling)  # as ``agentrl rollout --policy hf:RUN`` reads it
+    loop = EpisodeLoop(how.spec, trainer.expander, trainer.pool, how.context_policy())
+    if r.engine == "vllm":  # the run's server, with the evaluation's loop
+        return trainer.engine.rollout_with(loop)
     cache = r.kv_cache_tokens if r.kv_cache else 0
-    threads = sampling_threads(trainer.model, r.sampling_threads)
-    engine = HFEngine(
-        trainer.model, replace(loop), pad_id=trainer.pad_id, kv_cache_tokens=cache, threads=threads
+    engine = hf_engine(
+        trainer.model, replace(loop), pad_id=trainer.pad_id, kv_cache_tokens=cache, threads=r.sampling_threads
     )
     return engine.rollout
 

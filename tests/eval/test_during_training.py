@@ -190,13 +190,13 @@ def test_eval_of_a_run_samples_what_its_evaluation_sampled(runs, suite, tmp_path
     # an env.yaml given with --config merges into the run's env, section by section
     import argparse
 
-    from agentrl.cli.rollout import _config
+    from agentrl.cli.rollout import _config, _run_sampling
 
     env_yaml = tmp_path / "env.yaml"
     env_yaml.write_text("budgets: {tool_timeout_s: 30}\n")
     ns = dict(config=str(env_yaml), suite=None, split=None, cache=None, cache_path=None, send_tools=None,
               judge_model=None, out=str(out), policy=f"hf:{run}")  # fmt: skip
-    cfg = _config(argparse.Namespace(**ns))
+    cfg = _config(argparse.Namespace(**ns), _run_sampling(ns["policy"]))
     assert cfg["budgets"] == {"max_turns": 2, "tool_timeout_s": 30}
     assert cfg["system_prompt"] == "Today is {date}. Tools: {tools}"
 

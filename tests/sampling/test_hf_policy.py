@@ -147,7 +147,7 @@ def _samples_as_the_run(t):
     ``rollout.context`` policy; the arguments override; a transformers directory keeps the
     defaults (512 tokens a turn, temperature 1, no context rewrite)."""
     from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextPolicy
-    from agentrl.sampling.hf_policy import DEFAULT_MAX_TOKENS, load_hf_policy
+    from agentrl.train.hf_policy import DEFAULT_MAX_TOKENS, load_hf_policy
     from tests.train.learning_signal import TINY
 
     def loop_of(policy):
@@ -165,7 +165,7 @@ def _samples_as_the_run(t):
 
 
 def test_the_hf_policy_keeps_the_trainers_default_kv_cache():
-    from agentrl.sampling.hf_policy import DEFAULT_KV_CACHE_TOKENS
     from agentrl.train.config import RolloutConfig
+    from agentrl.train.hf_policy import DEFAULT_KV_CACHE_TOKENS
 
     assert RolloutConfig.model_fields["kv_cache_tokens"].default == DEFAULT_KV_CACHE_TOKENS

@@ -14,13 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from agentrl.errors import ConfigError
-from agentrl.learn.policy_model import LoadedPolicy, load_policy_model
+from agentrl.learn.policy_model import load_policy_model
 from agentrl.rollout.batched import BatchedPolicy
-from agentrl.rollout.context import NO_CONTEXT_POLICY, ContextConfig, ContextPolicy, context_policy
-from agentrl.rundir import RunDir
-from agentrl.sampling.hf import EpisodeLoop, HFEngine
-from agentrl.sampling.threads import sampling_threads
-from agentrl.tokens import SamplingSpec, read_sampling_spec, sampling_spec
+from agentrl.rollout.context import NO_CONTEXT_POLICY
+from agentrl.sampling.engines import hf_engine
+from agentrl.sampling.hf import EpisodeLoop
+from agentrl.tokens import sampling_spec
+from agentrl.train.run_sampling import RunSampling, read_run_sampling
 
 __all__ = ["DEFAULT_KV_CACHE_TOKENS", "DEFAULT_MAX_TOKENS", "load_hf_policy"]
 
@@ -38,22 +38,27 @@ def load_hf_policy(
     top_p: float | None = None,
     max_tokens: int | None = None,
     env_threads: int = 4,
+    run: RunSampling | None = None,
 ) -> BatchedPolicy:
     """The model at ``path`` (a transformers directory, or an ``agentrl train`` run or checkpoint;
     ``agentrl.learn.policy_model``) as a ``BatchedPolicy`` sampling at ``temperature`` and ``top_p``
     up to ``max_tokens`` new tokens a turn. An ``agentrl train`` run or checkpoint samples as the
-    run's evaluation did (``run_sampling``): the spec the run recorded (``sampling.json``: stop ids,
+    run's evaluation did (``read_run_sampling``): the spec the run recorded (``sampling.json``: stop ids,
     ``max_len``, ``max_new_tokens``, temperature — ``eval.temperature`` where the run set one — and
     ``top_p``) and the run's context policy (``rollout.context``: a run trained with
     ``drop_observations`` or ``summarize`` is evaluated with it). A transformers directory samples at
     temperature 1, top_p 1, 512 tokens a turn, without context rewrites. The arguments given
     override either. An episode also stops before its prompt plus a turn would outgrow the model's
-    ``max_position_embeddings``."""
+    ``max_position_embeddings``. ``run``: the run's ``read_run_sampling(path)`` when the caller has
+    read it already (``agentrl rollout`` does, for the env and the resume check)."""
     if temperature is not None and temperature <= 0:
         raise ConfigError("--temperature: the hf: policy samples; give a temperature > 0 (e.g. 0.01)")
+    if run is None:  # before the weights load: a run's config error is named first
+        run = read_run_sampling(path)
     loaded = load_policy_model(path, device)
     model, tok = loaded.model, loaded.tokenizer
-    recorded, context = run_sampling(loaded)
+    recorded = None if run is None else run.spec
+    context = NO_CONTEXT_POLICY if run is None else run.context_policy()
     positions = getattr(model.config, "max_position_embeddings", None)
     if recorded is None:
         recorded = sampling_spec(
@@ -73,26 +78,5 @@ def load_hf_policy(
     pad = tok.pad_token_id if tok.pad_token_id is not None else min(spec.stop_ids)
     pool = cf.ThreadPoolExecutor(max_workers=env_threads, thread_name_prefix="agentrl-env")
     loop = EpisodeLoop(spec, spec.expander(tok), pool, context)
-    threads = sampling_threads(model, "auto")
-    engine = HFEngine(model, loop, pad_id=pad, kv_cache_tokens=DEFAULT_KV_CACHE_TOKENS, threads=threads)
+    engine = hf_engine(model, loop, pad_id=pad, kv_cache_tokens=DEFAULT_KV_CACHE_TOKENS, threads="auto")
     return BatchedPolicy(f"hf:{path}", engine.rollout, close=lambda: pool.shutdown(wait=False))
-
-
-def run_sampling(loaded: LoadedPolicy) -> tuple[SamplingSpec | None, ContextPolicy]:
-    """How an ``agentrl train`` checkpoint's run sampled its evaluation episodes: the spec it
-    recorded (``RunDir.sampling_file``; its temperature replaced by the config's
-    ``eval.temperature`` when set) and the context policy of its ``rollout.context``. (None, no
-    context rewrite) for a transformers directory; the spec is None for a run that recorded none."""
-    if loaded.run_dir is None:
-        return None, NO_CONTEXT_POLICY
-    config = loaded.run_config or {}
-    spec = read_sampling_spec(RunDir(loaded.run_dir).sampling_file)
-    temperature = (config.get("eval") or {}).get("temperature")
-    if spec is not None and temperature is not None:
-        spec = replace(spec, temperature=float(temperature))
-    context = (config.get("rollout") or {}).get("context")
-    try:
-        settings = ContextConfig.model_validate(context or {})
-    except ValueError as e:
-        raise ConfigError(f"hf:{loaded.source}: the run's rollout.context: {e}") from None
-    return spec, context_policy(settings)
