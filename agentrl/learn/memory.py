@@ -31,6 +31,7 @@ __all__ = [
     "ActivationCost",
     "activation_bytes",
     "checkpointing_choice",
+    "default_budget_mb",
     "enable_checkpointing",
 ]
 
@@ -143,9 +144,8 @@ def checkpointing_choice(
             "set it to false or auto"
         )
     if setting != "auto":
-        return bool(
-            setting
-        ), f"gradient checkpointing: {'on' if setting else 'off'} (model.gradient_checkpointing)"
+        why = f"gradient checkpointing: {'on' if setting else 'off'} (model.gradient_checkpointing)"
+        return bool(setting), why
     if not supported:
         return False, f"gradient checkpointing: off (auto: {type(model).__name__} does not support it)"
     if not any(p.requires_grad for p in model.parameters()):

@@ -139,8 +139,12 @@ def _check_intact(path: str | Path, file: Path) -> None:
 def _is_model_dir(p: Path) -> bool:
     """Whether ``p`` is a transformers directory rather than an ``agentrl train`` run or checkpoint
     (a run directory holds a ``config.json`` too: its training config, beside ``checkpoints/``)."""
-    run = RunDir(p)
-    return run.config_file.is_file() and not (p / SHARDED).exists() and not run.checkpoints_dir.is_dir()
+    # config.json here is transformers' model config; the run layout owns only checkpoints/.
+    return (
+        (p / "config.json").is_file()
+        and not (p / SHARDED).exists()
+        and not RunDir(p).checkpoints_dir.is_dir()
+    )
 
 
 def checkpoint_run_dir(path: str | Path) -> Path | None:

@@ -44,7 +44,7 @@ class Models:
     lora: bool  # with LoRA the reference is the policy with its adapters disabled
     uses_ref: bool  # a KL term needs reference log-probs
     fsdp: bool  # policy, reference and critic are sharded over the ranks
-    checkpointing: str = ""  # the run log's line: gradient checkpointing on or off, and why
+    checkpointing: str  # the run log's line: gradient checkpointing on or off, and why
 
     def checkpointed(self) -> Modules:
         """Name → (module, its optimiser) of everything a checkpoint holds, in the checkpoint's keys."""

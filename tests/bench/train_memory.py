@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 _STEP = re.compile(r"step (\d+)/\d+: .*?rollout ([\d.]+) (s|min)")
-_WARM = re.compile(r"warm start (\d+)/\d+")
 
 
 def _seconds(value: str, unit: str) -> float:
@@ -102,10 +101,9 @@ def run(config: str, steps: int, sft_steps: int, sets: list[str]) -> dict:
         if "warm start:" in text and warm_start is None:
             phases.append(("start-up (data, tokenizer, model)", t, peak(0.0, t)))
             warm_start = t
-        if (m := _WARM.search(text)) and m.group(1) != "0":
-            start = t
-        if text.startswith("RL steps") and warm_start is not None:
-            phases.append(("warm start", t - warm_start, peak(warm_start, t)))
+        if text.startswith("RL steps"):
+            if warm_start is not None:
+                phases.append(("warm start", t - warm_start, peak(warm_start, t)))
             start = t
         if m := _STEP.search(text):
             rollout = _seconds(m.group(2), m.group(3))
