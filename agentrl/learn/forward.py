@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
-from agentrl.learn.models import autocast, is_sharded
+from agentrl.learn.models import autocast, copy_head_of, is_sharded
 from agentrl.stopping import stop_point
 from agentrl.tokens import token_logprobs
 
@@ -98,7 +98,7 @@ def _split_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """(backbone, LM head) of a transformers causal LM whose head may run on selected positions; None
     for a model whose forward must run whole (FSDP-sharded: its root's hooks gather the head, the
     embeddings and the final norm)."""
-    if is_sharded(model):
+    if is_sharded(model) or copy_head_of(model):
         return None
     get_decoder = getattr(model, "get_decoder", None)
     get_head = getattr(model, "get_output_embeddings", None)

@@ -59,11 +59,13 @@ def _saved_bytes(model: nn.Module, tokens: int, packed: bool) -> int:
     """Bytes of the distinct non-parameter storages autograd saves in one forward pass of ``tokens``
     tokens through ``model``'s backbone, in training mode, under the trainer's autocast, with the
     block-causal mask of packed rows when ``packed`` (as ``forward_logprobs(pack=True)`` passes it).
-    The LM head is left out: the trainer runs it on the policy's tokens in chunks."""
+    The LM head is left out: the trainer runs it on the policy's tokens in chunks (but a copy head,
+    which the trainer runs whole, is in)."""
     from agentrl.learn.forward import _Packing
-    from agentrl.learn.models import autocast
+    from agentrl.learn.models import autocast, copy_head_of
 
-    backbone = model.get_decoder() if hasattr(model, "get_decoder") else model
+    whole = copy_head_of(model) or not hasattr(model, "get_decoder")
+    backbone = model if whole else model.get_decoder()
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, int] = {}
 

@@ -25,15 +25,19 @@ __all__ = [
     "ValueModel",
     "autocast",
     "build_tiny_model",
+    "copy_head_of",
     "frozen_copy",
     "fsdp_modules",
     "full_params",
     "is_sharded",
     "parse_tiny_spec",
+    "register_model_types",
     "shifted",
 ]
 
-_TINY_KEYS = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 0, "max_positions": 4096}
+_TINY_KEYS = {
+    "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 0, "max_positions": 4096, "copy": 0,
+}  # fmt: skip
 
 
 def parse_tiny_spec(spec: str) -> dict[str, int]:
@@ -52,11 +56,16 @@ def parse_tiny_spec(spec: str) -> dict[str, int]:
 
 
 def build_tiny_model(vocab_size: int, spec: str = "tiny:", seed: int = 0) -> nn.Module:
-    """A randomly initialised Qwen2-architecture causal LM with the sizes of ``spec``."""
+    """A randomly initialised Qwen2-architecture causal LM with the sizes of ``spec``; ``copy=d`` (d > 0)
+    adds a copy head with d-wide queries and keys (``agentrl.learn.copy_lm``)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
+    from agentrl.learn.copy_lm import CopyConfig
+
     s = parse_tiny_spec(spec)
-    cfg = Qwen2Config(
+    extra = {"copy_dim": s["copy"]} if s["copy"] else {}
+    cfg = (CopyConfig if s["copy"] else Qwen2Config)(
+        **extra,
         vocab_size=vocab_size,
         hidden_size=s["hidden"],
         intermediate_size=s["intermediate"],
@@ -69,6 +78,20 @@ def build_tiny_model(vocab_size: int, spec: str = "tiny:", seed: int = 0) -> nn.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AutoModelForCausalLM.from_config(cfg)
+
+
+def register_model_types() -> None:
+    """Make transformers' Auto classes know agentrl's own model types (the copy head's
+    ``agentrl_copy``), so a saved run or checkpoint loads through ``AutoModelForCausalLM``."""
+    import agentrl.learn.copy_lm  # noqa: F401  (registers on import)
+
+
+def copy_head_of(model: nn.Module) -> bool:
+    """Whether ``model`` (or the causal LM inside a peft or DDP wrapper) has a head that is not a
+    linear map of its last hidden state (``agentrl.learn.copy_lm``), so its log-probabilities come
+    from its whole forward pass."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else getattr(model, "module", model)
+    return bool(getattr(inner, "agentrl_whole_forward", False))
 
 
 def fsdp_modules(module: nn.Module) -> list[Any]:

@@ -88,6 +88,9 @@ def rebuild_model(model_cfg: dict[str, Any], weights: dict[str, Any], what: str)
         return build_tiny_model(int(embed.shape[0]), spec)
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from agentrl.learn.models import register_model_types
+
+    register_model_types()
     try:
         config = AutoConfig.from_pretrained(spec, local_files_only=True)
     except OSError as e:
@@ -163,6 +166,9 @@ def load_policy_model(path: str | Path, device: str = "auto") -> LoadedPolicy:
     ``ConfigError`` names the path when it holds neither a transformers model nor a checkpoint."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from agentrl.learn.models import register_model_types
+
+    register_model_types()
     p = Path(path)
     dev = pick_device(device)
     if not p.exists():

@@ -20,7 +20,13 @@ from agentrl.algos import AdaptiveKLController, FixedKLController
 from agentrl.errors import ConfigError
 from agentrl.learn.forward import set_logits_chunk
 from agentrl.learn.memory import checkpointing_choice, enable_checkpointing
-from agentrl.learn.models import ValueModel, build_tiny_model, frozen_copy, train_last_layers
+from agentrl.learn.models import (
+    ValueModel,
+    build_tiny_model,
+    frozen_copy,
+    register_model_types,
+    train_last_layers,
+)
 from agentrl.train.config import OptimConfig, TrainConfig
 from agentrl.train.distributed import broadcast_parameters, world_size
 from agentrl.train.fsdp import shard_model
@@ -110,6 +116,7 @@ def _policy(cfg: TrainConfig, vocab_size: int, device: torch.device) -> tuple[to
     else:
         from transformers import AutoModelForCausalLM
 
+        register_model_types()  # a run of a copy-head model, given as its directory
         # "auto" keeps float32 master weights; on a GPU the forward passes run under bf16 autocast.
         dtype = {
             "auto": torch.float32,

@@ -50,7 +50,7 @@ class ModelConfig(_Strict):
     path: str = Field(
         "tiny:",
         description="a local path or hub id of a causal LM, or 'tiny:' (optionally 'tiny:layers=2,hidden=64') "
-        "to build a small random model from a config",
+        "to build a small random model from a config; 'copy=d' adds a copy head (docs/models.md)",
     )
     tokenizer: str | None = Field(
         None, description="tokenizer path or id; default: the model's, or for 'tiny:' one trained in-process"
@@ -335,6 +335,14 @@ class TrainConfig(_Strict):
                 "model.trainable_layers and model.lora_rank both choose what trains: set one of them"
             )
         r = self.rollout
+        if r.engine == "vllm" and self.model.path.startswith("tiny:"):
+            from agentrl.learn.models import parse_tiny_spec
+
+            if parse_tiny_spec(self.model.path)["copy"]:
+                raise ValueError(
+                    "a copy head (model.path 'tiny:…,copy=…') runs in agentrl's own sampler: "
+                    "vLLM has no such architecture; use rollout.engine: hf"
+                )
         if r.sampler == "process" and r.staleness == 1 and (r.engine != "hf" or r.backend != "local"):
             raise ValueError(
                 "rollout.sampler: process runs the hf engine and local envs in a process of its own; "

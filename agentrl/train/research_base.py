@@ -279,10 +279,13 @@ def save_base(model: torch.nn.Module, tokenizer: Any, card: dict[str, Any], out:
     name it never saw). Returns the card."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from agentrl.learn.models import copy_head_of, register_model_types
     from agentrl.tokens import sampling_spec
 
     out.mkdir(parents=True, exist_ok=True)
-    export_llama(model).save_pretrained(out, safe_serialization=True)
+    # A copy head is saved as its own model type (its tokenizer is not replaced as a qwen2 one's is).
+    (model if copy_head_of(model) else export_llama(model)).save_pretrained(out, safe_serialization=True)
+    register_model_types()
     tokenizer.save_pretrained(out)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(out), AutoTokenizer.from_pretrained(out)
     expander = sampling_spec(tokenizer, max_len=card["recipe"]["max_len"], max_new_tokens=80).expander(
