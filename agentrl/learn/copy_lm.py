@@ -92,6 +92,14 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         self.copy_gate_match = nn.Parameter(gate)
         self.post_init()
 
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is self:  # a build on the meta device, or weights missing from a checkpoint
+            with torch.no_grad():
+                self.copy_match.fill_(_MATCH_INIT)
+                self.copy_gate_match.fill_(_GATE_MATCH_INIT)
+                self.copy_gate_match[0] = 0.0
+
     def forward(  # type: ignore[override]
         self,
         input_ids: torch.Tensor | None = None,
@@ -123,14 +131,24 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         )
         keys, histories = self._pointed(hidden, history, past)
         keep = slice(-logits_to_keep, None) if logits_to_keep else slice(None)
-        visible = _visible(attention_mask, n, keys.shape[1], hidden.device)[:, keep]
+        visible = _visible(attention_mask, n, keys.shape[1], hidden.device)
+        if attention_mask is None and before is None:  # rows packed by position ids alone (FlashAttention)
+            row = (position_ids.expand_as(input_ids) == 0).cumsum(-1)
+            visible = visible & (row[:, :, None] == row[:, None, :])
+        visible = visible[:, keep]
         logits = self._mixture(hidden[:, keep], history[:, keep], keys, histories, visible)
         loss = None
         if labels is not None:
             loss = nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
             )
-        return CausalLMOutputWithPast(loss=loss, logits=logits, **{_CACHE: past})
+        return CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+            **{_CACHE: past},
+        )
 
     def _cached(self, past: Any) -> torch.Tensor | None:
         """The id histories ([B, S, copy_match + 1]) a cache holds before this call, or None."""
@@ -170,7 +188,8 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         token the model never trained on)."""
         gen = torch.log_softmax(self.lm_head(h).float(), dim=-1)
         q = self.copy_query(h)
-        scores = (q @ keys.transpose(-1, -2)).float() / math.sqrt(q.shape[-1])
+        # float32 scores: a decode step and a full pass round alike under bf16 autocast
+        scores = (q.float() @ keys.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
         lengths = _match_lengths(history, histories).masked_fill_(~visible, 0)
         scores = scores + _MatchBonus.apply(lengths, self.copy_match.float())
         attn = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
@@ -179,7 +198,7 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         pointer = torch.zeros_like(gen).scatter_add_(-1, ids[:, None, :].expand(-1, h.shape[1], -1), attn)
         # The gate also sees the longest match in the context: a sequence seen before is copied
         # unless the model learns otherwise (a name it never trained on is only found that way).
-        longest = lengths.amax(-1).long() if lengths.shape[-1] else torch.zeros(h.shape[:2], dtype=torch.long)
+        longest = lengths.amax(-1).long()
         g = self.copy_gate(h).float() + self.copy_gate_match.float()[longest][..., None]
         copy = nn.functional.logsigmoid(g) + pointer.clamp_min(1e-30).log().clamp_min(_LOG_FLOOR)
         return torch.logaddexp(nn.functional.logsigmoid(-g) + gen, copy)
@@ -220,7 +239,7 @@ def _visible(mask: torch.Tensor | None, n: int, s: int, device: torch.device) ->
     """[B or 1, n, s] bool: which of the ``s`` key positions each of the ``n`` new positions may point
     at. A 2D padding mask [B, s] (the last ``n`` columns are the new tokens) with causality; a 4D
     mask [B, 1, n, s] as the attention layers take it (bool: True visible; float: 0 visible); None:
-    causal."""
+    causal (the caller keeps each packed row to itself by its position ids)."""
     if mask is not None and mask.dim() == 4:
         m = mask[:, 0]
         return m if m.dtype == torch.bool else m == 0

@@ -148,7 +148,7 @@ def train_last_layers(model: nn.Module, n: int) -> int:
     the layers below and the LM head (tied to the embeddings in most small models) get no gradient,
     so backward stops at the lowest trained layer and the optimiser keeps state for those layers
     only. Returns the number of trainable parameters. ``n`` ≥ the layer count trains every layer
-    but still freezes the embeddings and the head."""
+    but still freezes the embeddings and the head (a copy head's own parameters train)."""
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     layers = getattr(decoder, "layers", None)
     if not isinstance(layers, nn.ModuleList):
@@ -157,6 +157,10 @@ def train_last_layers(model: nn.Module, n: int) -> int:
             "(expected model.get_decoder().layers)"
         )
     model.requires_grad_(False)
+    if copy_head_of(model):  # a copy head is a few thousand parameters that decide what to copy
+        for name, p in model.named_parameters():
+            if name.startswith("copy_"):
+                p.requires_grad_(True)
     kept = list(layers)[-n:] if n > 0 else []
     norm = getattr(decoder, "norm", None)
     for module in [*kept, *([norm] if isinstance(norm, nn.Module) else [])]:

@@ -50,7 +50,7 @@ class ModelConfig(_Strict):
     path: str = Field(
         "tiny:",
         description="a local path or hub id of a causal LM, or 'tiny:' (optionally 'tiny:layers=2,hidden=64') "
-        "to build a small random model from a config; 'copy=d' adds a copy head (docs/models.md)",
+        "to build a small random model from a config; 'copy=d' adds a copy head (docs/training.md)",
     )
     tokenizer: str | None = Field(
         None, description="tokenizer path or id; default: the model's, or for 'tiny:' one trained in-process"
@@ -335,14 +335,15 @@ class TrainConfig(_Strict):
                 "model.trainable_layers and model.lora_rank both choose what trains: set one of them"
             )
         r = self.rollout
-        if r.engine == "vllm" and self.model.path.startswith("tiny:"):
-            from agentrl.learn.models import parse_tiny_spec
-
-            if parse_tiny_spec(self.model.path)["copy"]:
-                raise ValueError(
-                    "a copy head (model.path 'tiny:…,copy=…') runs in agentrl's own sampler: "
-                    "vLLM has no such architecture; use rollout.engine: hf"
-                )
+        if self.model.lora_rank > 0 and _has_copy_head(self.model.path):
+            raise ValueError(
+                "model.lora_rank: LoRA adapters would leave a copy head untrained; train it whole"
+            )
+        if r.engine == "vllm" and _has_copy_head(self.model.path):
+            raise ValueError(
+                "model.path has a copy head, which runs in agentrl's own sampler only: "
+                "vLLM has no such architecture; use rollout.engine: hf"
+            )
         if r.sampler == "process" and r.staleness == 1 and (r.engine != "hf" or r.backend != "local"):
             raise ValueError(
                 "rollout.sampler: process runs the hf engine and local envs in a process of its own; "
@@ -356,6 +357,19 @@ class TrainConfig(_Strict):
                 f"algorithm.overlong.len ({overlong.len}) must be below its max_tokens ({overlong.max_tokens})"
             )
         return self
+
+
+def _has_copy_head(path: str) -> bool:
+    """Whether ``model.path`` is a ``tiny:`` spec with ``copy=d`` (d > 0) or a saved copy-head model."""
+    if path.startswith("tiny:"):
+        from agentrl.learn.models import parse_tiny_spec
+
+        return bool(parse_tiny_spec(path)["copy"])
+    config = Path(path) / "config.json"
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("model_type") == "agentrl_copy"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def load_train_config(

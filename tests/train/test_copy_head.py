@@ -188,15 +188,35 @@ def test_the_activation_probe_counts_the_head():
     assert copy > plain + 4 * 4096  # at least a float32 row of the vocabulary more per token
 
 
-def test_vllm_cannot_run_a_copy_head():
+def test_vllm_and_lora_cannot_run_a_copy_head(tmp_path):
+    """A copy head, given as a spec or as a saved model's directory: vLLM cannot sample it and LoRA
+    would leave it untrained, so both are config errors; a plain model is not refused."""
     from agentrl.errors import ConfigError
     from agentrl.train.config import load_train_config
 
-    cfg = {"model.path": SPEC, "rollout.engine": "vllm", "rollout.suite": "examples/quickstart-env"}
-    with pytest.raises(ConfigError, match="copy head"):
-        load_train_config(None, cfg, allow_empty=True)
-    cfg["model.path"] = "tiny:layers=2"
-    assert load_train_config(None, cfg, allow_empty=True).rollout.engine == "vllm"
+    build_tiny_model(300, SPEC, seed=0).save_pretrained(tmp_path / "copy")
+    build_tiny_model(300, "tiny:layers=2,hidden=32", seed=0).save_pretrained(tmp_path / "plain")
+    for path in (SPEC, str(tmp_path / "copy")):
+        for key, value in (("rollout.engine", "vllm"), ("model.lora_rank", 4)):
+            cfg = {"model.path": path, key: value, "rollout.suite": "examples/quickstart-env"}
+            with pytest.raises(ConfigError, match="copy head"):
+                load_train_config(None, cfg, allow_empty=True)
+    for path in ("tiny:layers=2", str(tmp_path / "plain")):
+        cfg = {"model.path": path, "rollout.engine": "vllm", "rollout.suite": "examples/quickstart-env"}
+        assert load_train_config(None, cfg, allow_empty=True).rollout.engine == "vllm"
+
+
+def test_trainable_layers_train_the_copy_head_and_a_shared_critic_reads_it():
+    from agentrl.learn.models import ValueModel, train_last_layers
+
+    m = build_tiny_model(97, SPEC, seed=1)
+    train_last_layers(m, 1)
+    trained = {n for n, p in m.named_parameters() if p.requires_grad}
+    assert {"copy_match", "copy_gate_match", "copy_gate.weight", "copy_query.weight"} <= trained
+    assert not any(n.startswith("model.layers.0.") or "embed" in n for n in trained)
+    critic = ValueModel.from_policy(m, shared=True)
+    ids = torch.tensor([[5, 9, 9, 40]])
+    assert critic(ids, attention_mask=torch.ones_like(ids)).shape == (1, 4)
 
 
 def test_the_match_bonus_gradient_is_autograds():
@@ -227,3 +247,17 @@ def test_the_gate_opens_where_the_context_holds_a_match():
         p = m(input_ids=ids).logits.exp()[0]
     assert p[4, [5, 9, 40, 12]].sum().item() == pytest.approx(1.0, abs=1e-5)
     assert p[3, [5, 9, 40, 12]].sum().item() < 0.75  # no match at t = 3: the LM head keeps half
+
+
+def test_rows_packed_by_position_ids_alone_stay_apart():
+    """FlashAttention's packing passes no mask, only position ids that restart per row: the pointer
+    of one row never points into another (with the gate open, all of a row's mass is on its own ids)."""
+    m = build_tiny_model(97, SPEC, seed=1).eval()
+    a, b = [3, 4, 5, 6], [60, 61, 62, 63, 64]
+    line = torch.tensor([a + b])
+    pos = torch.tensor([list(range(len(a))) + list(range(len(b)))])
+    with torch.no_grad():
+        m.copy_gate.bias.fill_(60.0)
+        p = m(input_ids=line, position_ids=pos).logits.exp()[0]
+    assert p[len(a) :, a].max().item() < 1e-6  # row b's pointer never reaches row a's ids
+    assert p[len(a) :, b].sum(-1).min().item() == pytest.approx(1.0, abs=1e-5)
