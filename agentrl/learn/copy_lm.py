@@ -35,10 +35,9 @@ __all__ = ["CopyConfig", "CopyForCausalLM"]
 # (e^-69 ≈ 1e-30), which keeps log and its gradient finite. Sampler and trainer see the same value.
 _LOG_FLOOR = -69.0
 
-# Initial weights of the match: each id matched adds this to a position's pointer score, and the
-# gate's logit for copying rises by the other when the context holds any match (a prior for copying
-# the continuation of a sequence seen before; the model learns both).
-_MATCH_INIT, _GATE_MATCH_INIT = 3.0, 2.0
+# The initial weight of each id matched in a position's pointer score (learned): e^3 ≈ 20 times the
+# attention for every id of the match, so copying a continuation is the pointer's first guess.
+_MATCH_INIT = 3.0
 
 # The name transformers gives the KV cache, in the backbone's arguments and in its outputs: ``cache``
 # from transformers 5.2x on, ``past_key_values`` before.
@@ -87,9 +86,6 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         self.copy_key = nn.Linear(h, d, bias=False)
         self.copy_gate = nn.Linear(h, 1)
         self.copy_match = nn.Parameter(torch.full((config.copy_match,), _MATCH_INIT))
-        gate = torch.full((config.copy_match + 1,), _GATE_MATCH_INIT)
-        gate[0] = 0.0  # no match: the hidden state alone decides
-        self.copy_gate_match = nn.Parameter(gate)
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -97,8 +93,6 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         if module is self:  # a build on the meta device, or weights missing from a checkpoint
             with torch.no_grad():
                 self.copy_match.fill_(_MATCH_INIT)
-                self.copy_gate_match.fill_(_GATE_MATCH_INIT)
-                self.copy_gate_match[0] = 0.0
 
     def forward(  # type: ignore[override]
         self,
@@ -196,10 +190,7 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         attn = torch.nan_to_num(attn, nan=0.0)  # a padding query sees nothing
         ids = histories[..., 0].clamp(min=0)
         pointer = torch.zeros_like(gen).scatter_add_(-1, ids[:, None, :].expand(-1, h.shape[1], -1), attn)
-        # The gate also sees the longest match in the context: a sequence seen before is copied
-        # unless the model learns otherwise (a name it never trained on is only found that way).
-        longest = lengths.amax(-1).long()
-        g = self.copy_gate(h).float() + self.copy_gate_match.float()[longest][..., None]
+        g = self.copy_gate(h).float()
         copy = nn.functional.logsigmoid(g) + pointer.clamp_min(1e-30).log().clamp_min(_LOG_FLOOR)
         return torch.logaddexp(nn.functional.logsigmoid(-g) + gen, copy)
 

@@ -155,27 +155,34 @@ def _copy_accuracy(m: torch.nn.Module, rows: torch.Tensor, k: int = 6) -> float:
 
 
 def test_it_copies_tokens_it_never_trained_on():
-    """Trained to repeat sequences of tokens 10–49, the copy head repeats sequences of tokens 50–95
-    that it never saw (their embeddings untrained) by matching ids; the plain model of the same size,
-    which can only match embeddings, does not."""
+    """Each model trained to repeat sequences of tokens 10–49 until it does (≥ 95% of the copies'
+    tokens right): the copy head then repeats sequences of tokens 50–95 that it never saw (their
+    embeddings untrained) by matching ids; the plain model of the same size, which can only match
+    embeddings, does not."""
     torch.manual_seed(0)
     acc = {}
     for spec in ("tiny:layers=2,hidden=32,heads=2,kv_heads=1", SPEC):
         m = build_tiny_model(96, spec, seed=0)
-        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
         gen = torch.Generator().manual_seed(0)
-        for _ in range(150):
+        for step in range(1, 401):
             rows = _copy_batch(gen, 10, 50)
             logits = m(input_ids=rows).logits[:, 6:-1]
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 96), rows[:, 7:].reshape(-1))
             opt.zero_grad()
             loss.backward()
             opt.step()
-        m.eval()
-        acc[spec] = _copy_accuracy(m, _copy_batch(torch.Generator().manual_seed(9), 50, 96, n=64))
+            if (
+                step % 25 == 0
+                and _copy_accuracy(m.eval(), _copy_batch(torch.Generator().manual_seed(8), 10, 50)) >= 0.95
+            ):
+                break
+            m.train()
+        assert step < 400, f"{spec} never learned to copy the tokens it trained on"
+        acc[spec] = _copy_accuracy(m.eval(), _copy_batch(torch.Generator().manual_seed(9), 50, 96, n=64))
     plain, copy = acc.values()
-    assert copy > 0.9, acc
-    assert plain < 0.5, acc
+    assert copy > 0.7, acc
+    assert plain < 0.2, acc
 
 
 def test_the_activation_probe_counts_the_head():
@@ -212,7 +219,7 @@ def test_trainable_layers_train_the_copy_head_and_a_shared_critic_reads_it():
     m = build_tiny_model(97, SPEC, seed=1)
     train_last_layers(m, 1)
     trained = {n for n, p in m.named_parameters() if p.requires_grad}
-    assert {"copy_match", "copy_gate_match", "copy_gate.weight", "copy_query.weight"} <= trained
+    assert {"copy_match", "copy_gate.weight", "copy_query.weight", "copy_key.weight"} <= trained
     assert not any(n.startswith("model.layers.0.") or "embed" in n for n in trained)
     critic = ValueModel.from_policy(m, shared=True)
     ids = torch.tensor([[5, 9, 9, 40]])
@@ -231,22 +238,6 @@ def test_the_match_bonus_gradient_is_autograds():
     table = torch.cat([w.new_zeros(1), w.cumsum(0)])
     (table[lengths.long()] * g).sum().backward()
     assert torch.allclose(ours, w.grad)
-
-
-def test_the_gate_opens_where_the_context_holds_a_match():
-    """The gate's logit adds a learned value per longest match: set to +60 for any match and the
-    gate's own layer to 0, a position whose ids were seen before puts all its mass on the pointer,
-    and one whose ids were not keeps half on the LM head."""
-    m = build_tiny_model(97, SPEC, seed=1).eval()
-    with torch.no_grad():
-        m.copy_gate.weight.zero_()
-        m.copy_gate.bias.zero_()
-        m.copy_gate_match.fill_(60.0)
-        m.copy_gate_match[0] = 0.0
-        ids = torch.tensor([[5, 9, 40, 12, 9]])  # at t = 4, x_4 = 9 = x_1: x_2 follows a match
-        p = m(input_ids=ids).logits.exp()[0]
-    assert p[4, [5, 9, 40, 12]].sum().item() == pytest.approx(1.0, abs=1e-5)
-    assert p[3, [5, 9, 40, 12]].sum().item() < 0.75  # no match at t = 3: the LM head keeps half
 
 
 def test_rows_packed_by_position_ids_alone_stay_apart():
