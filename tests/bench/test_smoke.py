@@ -660,3 +660,29 @@ def test_stop_latency(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     cells = [c.strip() for c in row[0].strip("|").split("|")]
     assert cells[4] == "143" and cells[5] == "no", out  # stopped by the signal, one line, no traceback
     assert 0 <= float(cells[2]) <= float(cells[3]), out
+
+
+@smoke("copying")
+def test_copying(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A two-step warm start of a copy-head model on a world of one training and one held-out
+    company: the table has both splits with accuracies in [0, 1], and the marked episode is printed."""
+    from agentrl.cli import main as cli
+    from agentrl.env.sandbox import build
+    from tests.bench import copying
+
+    suite, run = tmp_path / "suite", tmp_path / "run"
+    build(suite, seed=7, companies=1, heldout=1)
+    (suite / "env.yaml").write_text((ROOT / "examples/quickstart-env/env.yaml").read_text())
+    sets = [
+        f"rollout.suite={suite}", "model.path=tiny:layers=1,hidden=32,heads=2,kv_heads=1,copy=8",
+        "steps=0", "sft_steps=2", "sft_episodes=4", "sft_batch_size=2", "model.tokenizer_vocab_size=400",
+        "rollout.group_size=2", f"output_dir={run}",
+    ]  # fmt: skip
+    assert cli(["train", "--defaults", "--no-progress", *(x for s in sets for x in ("--set", s))]) == 0
+    capsys.readouterr()
+    assert copying.main([str(run), "--tasks", "2", "--show", "0"]) == 0
+    out = capsys.readouterr().out
+    rows = lines(out, "| run | ")[1:]  # the run directory is named "run"; the first line is the header
+    assert [r.split(" | ")[1] for r in rows] == ["heldout", "training"], out
+    assert all(0.0 <= x <= 1.0 for r in rows for x in numbers(r.split(" | ", 2)[2])), out
+    assert "held-out episode 0:" in out
