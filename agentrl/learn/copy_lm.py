@@ -125,11 +125,8 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         )
         keys, histories = self._pointed(hidden, history, past)
         keep = slice(-logits_to_keep, None) if logits_to_keep else slice(None)
-        visible = _visible(attention_mask, n, keys.shape[1], hidden.device)
-        if attention_mask is None and before is None:  # rows packed by position ids alone (FlashAttention)
-            row = (position_ids.expand_as(input_ids) == 0).cumsum(-1)
-            visible = visible & (row[:, :, None] == row[:, None, :])
-        visible = visible[:, keep]
+        packed = position_ids.expand_as(input_ids) if before is None else None
+        visible = _visible(attention_mask, n, keys.shape[1], hidden.device, packed)[:, keep]
         logits = self._mixture(hidden[:, keep], history[:, keep], keys, histories, visible)
         loss = None
         if labels is not None:
@@ -226,16 +223,24 @@ def _history(
     return out
 
 
-def _visible(mask: torch.Tensor | None, n: int, s: int, device: torch.device) -> torch.Tensor:
+def _visible(
+    mask: torch.Tensor | None, n: int, s: int, device: torch.device, positions: torch.Tensor | None = None
+) -> torch.Tensor:
     """[B or 1, n, s] bool: which of the ``s`` key positions each of the ``n`` new positions may point
     at. A 2D padding mask [B, s] (the last ``n`` columns are the new tokens) with causality; a 4D
     mask [B, 1, n, s] as the attention layers take it (bool: True visible; float: 0 visible); None:
-    causal (the caller keeps each packed row to itself by its position ids)."""
+    causal, and with ``positions`` (a call without a cache) each row of a line packed by position ids
+    alone (FlashAttention: they restart at 0 per row) sees only itself."""
     if mask is not None and mask.dim() == 4:
         m = mask[:, 0]
         return m if m.dtype == torch.bool else m == 0
     causal = torch.ones(n, s, dtype=torch.bool, device=device).tril(s - n)[None]
-    return causal if mask is None else causal & mask.bool()[:, None, :]
+    if mask is not None:
+        return causal & mask.bool()[:, None, :]
+    if positions is None:
+        return causal
+    row = (positions == 0).cumsum(-1)
+    return causal & (row[:, :, None] == row[:, None, :])
 
 
 def _match_lengths(history: torch.Tensor, histories: torch.Tensor) -> torch.Tensor:
