@@ -46,7 +46,8 @@ def add_rollout_arguments(p: Any) -> None:
         "--policy",
         default="oracle",
         help="oracle | openai:MODEL | litellm:MODEL | hf:PATH (a local transformers directory or an "
-        "`agentrl train` run/checkpoint, sampled in batches of --concurrency; docs/models.md) "
+        "`agentrl train` run/checkpoint, sampled in batches of --concurrency; docs/models.md; hf:base:NAME, a "
+        "base agentrl ships) "
         "(default: oracle)",
     )
     p.add_argument(
@@ -213,6 +214,10 @@ def run_command(args: argparse.Namespace) -> Any:
     from agentrl.runlock import file_lock_path, lock_output
 
     check_output_file(args.out)
+    if args.policy.startswith("hf:base:"):  # a base agentrl ships: its directory
+        from agentrl.learn.bases import resolve_model
+
+        args.policy = "hf:" + resolve_model(args.policy[3:])
     with lock_output(file_lock_path(args.out), what=f"--out {args.out}"):
         return _rollout(args)
 

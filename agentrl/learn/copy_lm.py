@@ -104,10 +104,16 @@ class CopyForCausalLM(Qwen2ForCausalLM):
         use_cache: bool | None = None,
         logits_to_keep: int = 0,
         labels: torch.Tensor | None = None,
+        logits_at: tuple[torch.Tensor, torch.Tensor] | None = None,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
+        """As any causal LM's, and with ``logits_at`` = (rows, positions) ([N] each, no cache): the
+        logits [N, V] after those positions alone (the trainer's policy tokens): the pointer's keys
+        span each row, its queries and the [·, V] mixture only the positions asked for."""
         if input_ids is None:
             raise ValueError("the copy head points at token ids: call it with input_ids")
+        if logits_at is not None:
+            return self._logits_at(input_ids, attention_mask, position_ids, *logits_at, **kwargs)
         past = cache if cache is not None else past_key_values
         before = self._cached(past)
         out = self.model(
@@ -140,6 +146,42 @@ class CopyForCausalLM(Qwen2ForCausalLM):
             attentions=out.attentions,
             **{_CACHE: past},
         )
+
+    def _logits_at(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        **kwargs: Any,
+    ) -> CausalLMOutputWithPast:
+        hidden = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            use_cache=False, **kwargs,
+        ).last_hidden_state  # fmt: skip
+        n = hidden.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(n, device=hidden.device)[None]
+        pos = position_ids.expand_as(input_ids)
+        history = _history(input_ids, pos, attention_mask, None, self.config.copy_match)
+        keys = self.copy_key(hidden)
+        visible = _visible(attention_mask, n, n, hidden.device, pos)
+        order = torch.argsort(rows, stable=True)  # the wanted positions, row by row
+        logits, start = [], 0
+        for r, count in zip(*torch.unique_consecutive(rows[order], return_counts=True), strict=True):
+            c = cols[order[start : start + int(count)]]
+            start += int(count)
+            v = visible[int(r) if visible.shape[0] > 1 else 0]
+            logits.append(
+                self._mixture(
+                    hidden[r, c][None], history[r, c][None], keys[r][None], history[r][None], v[c][None]
+                )[0]
+            )
+        out = (
+            torch.cat(logits) if logits else hidden.new_zeros(0, self.config.vocab_size, dtype=torch.float32)
+        )
+        return CausalLMOutputWithPast(logits=out[torch.argsort(order)])
 
     def _cached(self, past: Any) -> torch.Tensor | None:
         """The id histories ([B, S, copy_match + 1]) a cache holds before this call, or None."""

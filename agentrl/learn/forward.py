@@ -142,6 +142,8 @@ def forward_logprobs(
     than [logits_chunk, V] logits exist at once; None takes the model's setting
     (``set_logits_chunk``, else ``LOGITS_CHUNK_TOKENS``), 0 builds the [N, V] logits of the N wanted
     positions in one piece."""
+    if policy_only and copy_head_of(model) and not is_sharded(model):
+        return _copy_policy_logprobs(model, batch, temperature, with_entropy, pack)
     split = _split_head(model) if policy_only else None
     if split is not None:
         if logits_chunk is None:
@@ -163,6 +165,60 @@ def forward_logprobs(
     return lp, ent
 
 
+def _wanted(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, cols) of the policy's tokens past each row's first, row-major (the order of ``lp[want]``)."""
+    want = batch["loss_mask"].bool().clone()
+    want[:, 0] = False  # token 0 has no prediction
+    want &= batch["attention_mask"].bool()
+    return want.nonzero(as_tuple=True)
+
+
+def _inputs_at(
+    batch: Batch, model: nn.Module, rows: torch.Tensor, cols: torch.Tensor, pack: bool
+) -> tuple[Batch, torch.Tensor, torch.Tensor]:
+    """The forward pass's inputs (packed or padded) and the (line, position) of the hidden state that
+    predicts each wanted token (the one at t − 1)."""
+    if not pack:
+        return _inputs(batch), rows, cols - 1
+    p = _Packing(batch, model)
+    dev = batch["input_ids"].device
+    line = torch.tensor(p.line, device=dev)[rows]
+    return p.inputs, line, torch.tensor(p.offset, device=dev)[rows] + cols - 1
+
+
+def _token_results(
+    logits: torch.Tensor,
+    batch: Batch,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[B, T] log-probs (and entropies) from the [N, V] logits of the wanted tokens."""
+    ids = batch["input_ids"]
+    if temperature != 1.0:
+        logits = logits / temperature
+    lp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+    lp[rows, cols] = logprobs_from_logits(logits, ids[rows, cols]).float()
+    ent = None
+    if with_entropy:
+        ent = torch.zeros_like(lp)
+        ent[rows, cols] = entropy_from_logits(logits)
+    return lp, ent
+
+
+def _copy_policy_logprobs(
+    model: nn.Module, batch: Batch, temperature: float, with_entropy: bool, pack: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``policy_only`` for a copy head (``agentrl.learn.copy_lm``): its forward pass computes the
+    pointer's queries and the [N, V] mixture at the wanted positions alone (``logits_at``)."""
+    rows, cols = _wanted(batch)
+    inputs, line, col = _inputs_at(batch, model, rows, cols, pack)
+    with autocast(model):
+        logits = model(**inputs, logits_at=(line, col)).logits.float()
+    return _token_results(logits, batch, rows, cols, temperature, with_entropy)
+
+
 def _policy_logprobs(
     model: nn.Module,
     split: tuple[nn.Module, nn.Module],
@@ -174,21 +230,11 @@ def _policy_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     decoder, head = split
     ids = batch["input_ids"]
-    want = batch["loss_mask"].bool().clone()
-    want[:, 0] = False  # token 0 has no prediction
-    want &= batch["attention_mask"].bool()
-    rows, cols = want.nonzero(as_tuple=True)  # row-major, the order of ``lp[want]``
+    rows, cols = _wanted(batch)
     with autocast(decoder):
-        if pack:
-            p = _Packing(batch, model)
-            hidden = decoder(**p.inputs).last_hidden_state
-            dev = ids.device
-            line = torch.tensor(p.line, device=dev)[rows]
-            col = torch.tensor(p.offset, device=dev)[rows] + cols - 1
-            h = hidden[line, col]  # the hidden state at t − 1 predicts token t
-        else:
-            hidden = decoder(**_inputs(batch)).last_hidden_state
-            h = hidden[rows, cols - 1]
+        inputs, line, col = _inputs_at(batch, model, rows, cols, pack)
+        hidden = decoder(**inputs).last_hidden_state
+        h = hidden[line, col]  # the hidden state at t − 1 predicts token t
         del hidden
         chunked = chunk > 0 and type(head) is nn.Linear
         if chunked:
@@ -200,10 +246,7 @@ def _policy_logprobs(
         else:
             logits = head(h).float()
     if not chunked:  # the [N, V] logits of the N wanted positions at once
-        if temperature != 1.0:
-            logits = logits / temperature
-        tlp = logprobs_from_logits(logits, ids[rows, cols]).float()
-        tent = entropy_from_logits(logits) if with_entropy else None
+        return _token_results(logits, batch, rows, cols, temperature, with_entropy)
     lp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
     lp[rows, cols] = tlp
     ent = None

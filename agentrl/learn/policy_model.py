@@ -101,6 +101,8 @@ def rebuild_model(model_cfg: dict[str, Any], weights: dict[str, Any], what: str)
 def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
     from transformers import AutoTokenizer
 
+    from agentrl.learn.models import register_model_types
+
     state = load_checkpoint_state(file, "hf:")
     if not isinstance(state, dict) or "model" not in state:
         raise ConfigError(f"hf:{file}: not an agentrl checkpoint (no model weights)")
@@ -116,6 +118,7 @@ def _from_checkpoint(file: Path) -> tuple[Any, Any, dict[str, Any]]:
     tok_dir = RunDir(run_of_checkpoint(file)).tokenizer_dir
     if not tok_dir.is_dir():
         raise ConfigError(f"hf:{file}: the run's tokenizer ({tok_dir}) is missing")
+    register_model_types()  # a copy head's tokenizer directory names its model type
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     model = rebuild_model(model_cfg, sd, f"hf:{file}: ")
     try:

@@ -97,6 +97,7 @@ def load_tokenizer(cfg: TrainConfig, saved: Path, resume: bool, texts: Callable[
     if resume and saved.exists():
         return _pretrained(AutoTokenizer, "the run's tokenizer", saved)
     if m.tokenizer or not m.path.startswith("tiny:"):
+        register_model_types()  # a copy-head model's directory: its config type is known first
         field = "model.tokenizer" if m.tokenizer else "model.path"
         tok = _pretrained(AutoTokenizer, field, m.tokenizer or m.path)
     else:

@@ -49,8 +49,9 @@ class _Strict(BaseModel):
 class ModelConfig(_Strict):
     path: str = Field(
         "tiny:",
-        description="a local path or hub id of a causal LM, or 'tiny:' (optionally 'tiny:layers=2,hidden=64') "
-        "to build a small random model from a config; 'copy=d' adds a copy head (docs/training.md)",
+        description="a local path or hub id of a causal LM; 'base:NAME', a base agentrl ships (base:research-tiny, "
+        "docs/training.md); or 'tiny:' (optionally 'tiny:layers=2,hidden=64') to build a small random model "
+        "from a config, where 'copy=d' adds a copy head",
     )
     tokenizer: str | None = Field(
         None, description="tokenizer path or id; default: the model's, or for 'tiny:' one trained in-process"
@@ -94,6 +95,17 @@ class ModelConfig(_Strict):
         description="log-probs and entropy through the LM head this many tokens at a time, forward and "
         "backward, so no [tokens, vocabulary] logits of a whole micro-batch are built; 0 = all at once",
     )
+
+    @field_validator("path")
+    @classmethod
+    def _shipped_base(cls, value: str) -> str:
+        """``base:NAME`` becomes the shipped base's directory (``agentrl.learn.bases``)."""
+        from agentrl.learn.bases import resolve_model
+
+        try:
+            return resolve_model(value)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None  # located at its line by load_train_config
 
 
 class RolloutConfig(_Strict):

@@ -53,7 +53,7 @@ def is_hub_id(value: str) -> bool:
 def resolve_paths(data: dict[str, Any], base: Path) -> None:
     """Relative input paths that do not exist from the working directory are taken relative to the
     config file, so a config runs from anywhere; a path found in neither place is a ``ConfigError``
-    (message: ``section.key ...``) listing where it looked. Built-in names (``sandbox``, ``tiny:``)
+    (message: ``section.key ...``) listing where it looked. Built-in names (``sandbox``, ``tiny:``, ``base:``)
     and hub ids are left as they are."""
     for dotted in INPUT_PATHS:
         *parents, key = dotted.split(".")
@@ -61,7 +61,7 @@ def resolve_paths(data: dict[str, Any], base: Path) -> None:
         for p in parents:
             sub = sub.get(p) if isinstance(sub, dict) else None
         value = sub.get(key) if isinstance(sub, dict) else None
-        if not isinstance(value, str) or value == "sandbox" or value.startswith("tiny:"):
+        if not isinstance(value, str) or value == "sandbox" or value.startswith(("tiny:", "base:")):
             continue
         found, tried = resolve_input(value, base)
         if found is not None:

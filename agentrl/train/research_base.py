@@ -2,11 +2,13 @@
 
 ``python -m agentrl.train.research_base --out DIR`` writes a transformers directory (weights,
 config, tokenizer) and ``card.json``, its model card: the data seeds, the steps, the losses, the
-held-out copy accuracy, the wall time, the CPU and the weights' sha256. ``model.path: DIR`` trains
-it, ``--policy hf:DIR`` samples it. Not shipped yet (BENCHMARKS.md, "A research base"): on
-episodes alone, the model researches held-out companies up to the figure and then writes a wrong
-one; ``drills`` adds copy drills (``agentrl.train.copying``) to every step, the card's
-``heldout_copy`` measures the figures.
+held-out copy accuracy, the wall time, the CPU and the weights' sha256. The recipe's defaults made
+the base agentrl ships, ``base:research-tiny`` (``agentrl.learn.bases``; the test suite checks its
+weights against its card and reruns the card's first steps): a 2-layer model with a copy head
+(``agentrl.learn.copy_lm``; without one, four attempts of up to 1,000 steps researched held-out
+companies up to the figure and then wrote a wrong one, BENCHMARKS.md "A research base") and copy
+drills (``agentrl.train.copying``) in every step. ``model.path: DIR`` trains a base, ``--policy
+hf:DIR`` samples it.
 
 What it learns from: oracle episodes (``agentrl.policy.OraclePolicy`` with distractor noise, so
 choosing the official source is left for RL to learn) on ``Recipe.worlds`` generated sandbox worlds
@@ -18,8 +20,9 @@ attempt drew random-syllable names, a scheme that shares nothing with the sandbo
 learned to copy those, 0.96 of its next tokens right on a held-out syllable world, but misspelt
 sandbox names, 0.91, and every held-out episode failed on the name.) The tokenizer is trained on
 the first worlds' episodes (``agentrl.train.tokenizer``), never on an example's. The env is the
-quickstart suite's (``ENV``: its prompt, tool format, page size and budgets). The model is saved
-as a Llama-architecture directory (``export_llama``: see there why).
+quickstart suite's (``ENV``: its prompt, tool format, page size and budgets). A plain model is
+saved as a Llama-architecture directory (``export_llama``: see there why), a copy head as its own
+model type.
 
 Deterministic for a thread count: the worlds, the episodes, the batches and the initial weights
 come from ``seed``; the test suite runs the first steps and compares them with the card's.
@@ -81,10 +84,10 @@ class Recipe:
     noise: float = 0.5
     samples: int = 2  # oracle episodes per task (each draws its noise)
     drills: int = 8  # copy drills added to each step's batch (agentrl.train.copying), from its worlds
-    model: str = "tiny:layers=4,hidden=128,heads=4,kv_heads=2"
+    model: str = "tiny:layers=2,hidden=128,heads=4,kv_heads=2,copy=64"  # with a copy head (learn.copy_lm)
     vocab: int = 2048
     decimal_tokens: bool = False  # ".0" one token (agentrl.train.tokenizer.train_chat_tokenizer)
-    steps: int = 1000
+    steps: int = 300
     batch: int = 16
     batch_worlds: int = 4  # worlds each step's batch is drawn from
     tokenizer_worlds: int = 8  # the first worlds train the tokenizer

@@ -686,3 +686,14 @@ def test_copying(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert [r.split(" | ")[1] for r in rows] == ["heldout", "training"], out
     assert all(0.0 <= x <= 1.0 for r in rows for x in numbers(r.split(" | ", 2)[2])), out
     assert "held-out episode 0:" in out
+
+
+@smoke("copy_update")
+def test_copy_update(capsys: pytest.CaptureFixture[str]) -> None:
+    """Four episodes, one repeat, on the shipped base: both passes timed, the same log-probs."""
+    from tests.bench import copy_update
+
+    result = copy_update.main(["--episodes", "4", "--repeats", "1"])
+    assert result["policy_only_s"] > 0 and result["whole_s"] > 0
+    assert 0 < result["policy_share"] < 1 and result["max_diff"] < 1e-4
+    assert "policy tokens alone" in capsys.readouterr().out

@@ -103,6 +103,42 @@ def test_packed_and_policy_only_passes_agree(model):
         assert torch.allclose(plain[i, 1 : len(r)], want, atol=1e-5)
 
 
+@pytest.mark.parametrize("pack", [False, True])
+def test_the_policy_tokens_alone_are_the_whole_passs(model, pack):
+    """``policy_only`` runs the pointer's queries and the [N, V] mixture at the policy's tokens alone
+    (``logits_at``): the same log-probs, entropies and gradients there as the whole pass, 0 elsewhere."""
+    # packed, the longest row fills line 0 and the other two share line 1 (its 4D mask keeps them
+    # apart), so the lines are not in the rows' order
+    rows = [[60, 61, 3, 60, 61], [3, 8, 8, 21, 4, 50, 8, 21, 4], [7, 9, 7, 9]]
+    ids = torch.zeros(3, 9, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
+    policy = torch.zeros(3, 9)
+    policy[0, 3:5], policy[1, 5:9], policy[2, 2:4] = 1, 1, 1  # turns, as an expander marks them
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "loss_mask": policy,
+    }
+    results = {}
+    for only in (False, True):
+        model.zero_grad()
+        lp, ent = forward_logprobs(model, batch, 0.7, with_entropy=True, pack=pack, policy_only=only)
+        (lp * policy).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[only] = (lp.detach(), ent.detach(), grads)
+    (whole_lp, whole_ent, whole_g), (lp, ent, g) = results[False], results[True]
+    want = policy.bool()
+    assert torch.allclose(lp[want], whole_lp[want], atol=1e-5)
+    assert torch.allclose(ent[want], whole_ent[want], atol=1e-5)
+    assert not lp[~want].any() and not ent[~want].any()
+    assert g.keys() == whole_g.keys() and {"copy_query.weight", "copy_match"} <= g.keys()
+    for name in g:
+        assert torch.allclose(g[name], whole_g[name], atol=1e-5), name
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_the_sampler_records_the_models_logprobs(model, temperature):
     """Rows of different lengths that stop at different times (so the sampler drops finished rows):

@@ -4,6 +4,7 @@ it made, and what it saves reads back as it was trained (weights and tokenizer).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,14 +12,13 @@ import torch
 
 from agentrl.env.sandbox.world import make_world
 from agentrl.errors import ConfigError
+from agentrl.rundir import file_digest
 from agentrl.train.research_base import ENV, Recipe, example_stems, export_llama, pretrain, save_base
 from agentrl.yamlload import load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The first three losses of the recipe's run of 2026-11-29 (2 threads, AVX-512, the card of the
-#: third attempt in BENCHMARKS.md, with copy drills): the script in the repository is the one that
-#: made them.
-FIRST_LOSSES = [7.659978, 7.584727, 7.488058]
+#: The shipped base (``base:research-tiny``) and its model card: the script in the repository made them.
+SHIPPED = ROOT / "agentrl" / "learn" / "base_models" / "research-tiny"
 
 
 def test_the_env_is_the_quickstart_suites():
@@ -77,16 +77,34 @@ def test_a_step_adds_copy_drills_of_the_worlds_it_drew(monkeypatch):
     assert len(plain) == 8 and [t.id for t in plain[:4]] == [t.id for t in episodes[:4]]
 
 
+def _card() -> dict:
+    return json.loads((SHIPPED / "card.json").read_text(encoding="utf-8"))
+
+
+def test_the_shipped_weights_are_the_cards():
+    card = _card()
+    assert file_digest(SHIPPED / "model.safetensors")[1] == card["sha256"]["model.safetensors"]
+    # the recipe's defaults are the shipped base's recipe, so `--out DIR` alone remakes it
+    assert card["recipe"] == Recipe().to_json() and card["steps_run"] == Recipe().steps
+    # what the card promises: the copy head reads names and figures of companies it never saw
+    assert json.loads((SHIPPED / "config.json").read_text(encoding="utf-8"))["model_type"] == "agentrl_copy"
+    assert card["heldout_copy"]["first_figure"] >= 0.9 and card["heldout_copy"]["figures"] >= 0.9
+    assert (SHIPPED / "model.safetensors").stat().st_size < 16 * 2**20
+
+
 @pytest.mark.slow
-def test_the_first_steps_are_the_recorded_ones():
+def test_the_first_steps_are_the_cards():
+    card = _card()
     threads = torch.get_num_threads()
     try:
-        card = pretrain(Recipe(), None, threads=2, stop_after=3, log=lambda _: None)
+        rerun = pretrain(
+            Recipe(**card["recipe"]), None, threads=card["threads"], stop_after=3, log=lambda _: None
+        )
     finally:
         torch.set_num_threads(threads)
     # the same worlds, tokenizer, initial weights and batches; kernels (AVX2 or AVX-512) change
     # float sums in the last digits only
-    assert card["first_losses"] == pytest.approx(FIRST_LOSSES, rel=1e-4)
+    assert rerun["first_losses"] == pytest.approx(card["first_losses"][:3], rel=1e-4)
 
 
 def test_what_is_saved_reads_back_as_trained(tmp_path):
