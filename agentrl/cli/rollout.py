@@ -156,9 +156,10 @@ def _run_sampling(policy: str) -> Any:
     ``--suite`` and ``--split`` replace."""
     if not policy.startswith("hf:") or not policy[3:]:
         return None
+    from agentrl.learn.bases import resolve_model
     from agentrl.train.run_sampling import read_run_sampling
 
-    return read_run_sampling(policy[3:])
+    return read_run_sampling(resolve_model(policy[3:]))  # hf:base:NAME, a base agentrl ships
 
 
 def _judge_cache(args: argparse.Namespace) -> str | None:
@@ -214,10 +215,6 @@ def run_command(args: argparse.Namespace) -> Any:
     from agentrl.runlock import file_lock_path, lock_output
 
     check_output_file(args.out)
-    if args.policy.startswith("hf:base:"):  # a base agentrl ships: its directory
-        from agentrl.learn.bases import resolve_model
-
-        args.policy = "hf:" + resolve_model(args.policy[3:])
     with lock_output(file_lock_path(args.out), what=f"--out {args.out}"):
         return _rollout(args)
 
@@ -260,10 +257,11 @@ def _rollout(args: argparse.Namespace) -> Any:
             raise ConfigError("--policy hf: samples in this process; drop --ray")
         if not args.policy[3:]:
             raise ConfigError("--policy: hf needs a path, as hf:PATH")
+        from agentrl.learn.bases import resolve_model
         from agentrl.train.hf_policy import load_hf_policy
 
         policy = load_hf_policy(
-            args.policy[3:],
+            resolve_model(args.policy[3:]),
             device=args.device,
             temperature=args.temperature,
             max_tokens=args.max_tokens,

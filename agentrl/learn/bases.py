@@ -3,7 +3,8 @@
 A base is a transformers directory inside the package (``base_models/NAME``: weights, config,
 tokenizer and ``card.json``, the model card of the script run that made it). ``model.path:
 base:NAME`` in a training config and ``--policy hf:base:NAME`` on the command line name one; both
-become the directory's path here, the one place that knows where bases live.
+become the directory's path here, the one place that knows where bases live, and a saved config
+names the base again (``spec_of``), so a run's files do not depend on where agentrl is installed.
 
 ``base:research-tiny``: the research base, a 2-layer causal LM with a copy head pretrained by
 ``python -m agentrl.train.research_base`` on generated worlds that name none of the examples'
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from agentrl.errors import ConfigError
 
-__all__ = ["BASES_DIR", "PREFIX", "base_names", "resolve_base", "resolve_model"]
+__all__ = ["BASES_DIR", "PREFIX", "base_names", "resolve_base", "resolve_model", "spec_of"]
 
 PREFIX = "base:"
 #: Where the shipped bases live (package data).
@@ -37,7 +38,7 @@ def resolve_base(spec: str) -> Path:
         raise ValueError(f"{spec!r} is not a base: spec")
     name = spec[len(PREFIX) :]
     there = BASES_DIR / name
-    if not name or "/" in name or name.startswith(".") or not (there / "config.json").is_file():
+    if not name or Path(name).name != name or name.startswith(".") or not (there / "config.json").is_file():
         known = ", ".join(f"{PREFIX}{n}" for n in base_names()) or "none"
         raise ConfigError(f"{spec!r}: agentrl ships no such base (bases: {known})")
     return there
@@ -46,3 +47,16 @@ def resolve_base(spec: str) -> Path:
 def resolve_model(spec: str) -> str:
     """A model spec with ``base:NAME`` replaced by its directory's path; any other spec as it is."""
     return str(resolve_base(spec)) if spec.startswith(PREFIX) else spec
+
+
+def spec_of(path: str) -> str:
+    """``base:NAME`` for the directory of a shipped base, any other path as it is: what a saved
+    config records, so a run's config and checkpoints name the base, not where this machine
+    installed it."""
+    try:
+        there = Path(path).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return path
+    if there.parent == BASES_DIR.resolve() and (there / "config.json").is_file():
+        return PREFIX + there.name
+    return path

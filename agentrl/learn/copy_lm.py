@@ -178,9 +178,9 @@ class CopyForCausalLM(Qwen2ForCausalLM):
                     hidden[r, c][None], history[r, c][None], keys[r][None], history[r][None], v[c][None]
                 )[0]
             )
-        out = (
-            torch.cat(logits) if logits else hidden.new_zeros(0, self.config.vocab_size, dtype=torch.float32)
-        )
+        # no position wanted (a micro-batch whose policy tokens are all masked): [0, V], still on the
+        # graph, so a loss of nothing backpropagates zeros as the whole pass does
+        out = torch.cat(logits) if logits else self.lm_head(hidden[0, :0]).float()
         return CausalLMOutputWithPast(logits=out[torch.argsort(order)])
 
     def _cached(self, past: Any) -> torch.Tensor | None:

@@ -78,7 +78,9 @@ def rebuild_model(model_cfg: dict[str, Any], weights: dict[str, Any], what: str)
     """The policy architecture a checkpoint's ``config.model`` names, with random weights: a
     ``tiny:`` spec at the vocabulary of the embedding in ``weights``, or a model directory's config
     read offline. ``what`` (``"hf:FILE: "``, ``"--critic FILE: "``) begins every error."""
-    spec = str(model_cfg.get("path", "tiny:"))
+    from agentrl.learn.bases import resolve_model
+
+    spec = resolve_model(str(model_cfg.get("path", "tiny:")))  # a saved config names a base base:NAME
     if spec.startswith("tiny:"):
         from agentrl.learn.models import build_tiny_model
 

@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from agentrl.errors import ConfigError
 from agentrl.eval.config import AuditConfig, EvalConfig
@@ -106,6 +114,14 @@ class ModelConfig(_Strict):
             return resolve_model(value)
         except ConfigError as e:
             raise ValueError(str(e)) from None  # located at its line by load_train_config
+
+    @field_serializer("path")
+    def _named_base(self, value: str) -> str:
+        """A shipped base is saved as ``base:NAME`` (a run's config and checkpoints do not name the
+        directory this machine installed it in)."""
+        from agentrl.learn.bases import spec_of
+
+        return spec_of(value)
 
 
 class RolloutConfig(_Strict):

@@ -61,7 +61,9 @@ def resolve_paths(data: dict[str, Any], base: Path) -> None:
         for p in parents:
             sub = sub.get(p) if isinstance(sub, dict) else None
         value = sub.get(key) if isinstance(sub, dict) else None
-        if not isinstance(value, str) or value == "sandbox" or value.startswith(("tiny:", "base:")):
+        if not isinstance(value, str) or value == "sandbox" or value.startswith("tiny:"):
+            continue
+        if dotted == "model.path" and value.startswith("base:"):  # ModelConfig resolves it
             continue
         found, tried = resolve_input(value, base)
         if found is not None:

@@ -79,4 +79,7 @@ def load_hf_policy(
     pool = cf.ThreadPoolExecutor(max_workers=env_threads, thread_name_prefix="agentrl-env")
     loop = EpisodeLoop(spec, spec.expander(tok), pool, context)
     engine = hf_engine(model, loop, pad_id=pad, kv_cache_tokens=DEFAULT_KV_CACHE_TOKENS, threads="auto")
-    return BatchedPolicy(f"hf:{path}", engine.rollout, close=lambda: pool.shutdown(wait=False))
+    from agentrl.learn.bases import spec_of
+
+    name = f"hf:{spec_of(str(path))}"  # a shipped base by its name, not this machine's install path
+    return BatchedPolicy(name, engine.rollout, close=lambda: pool.shutdown(wait=False))

@@ -139,6 +139,25 @@ def test_the_policy_tokens_alone_are_the_whole_passs(model, pack):
         assert torch.allclose(g[name], whole_g[name], atol=1e-5), name
 
 
+@pytest.mark.parametrize("pack", [False, True])
+def test_a_micro_batch_without_policy_tokens_backpropagates_zeros(model, pack):
+    # a micro-batch whose rows are all masked (truncated rows dropped by algorithm.overlong): the loss
+    # of nothing is 0 with a graph, as the whole pass gives, not a tensor backward refuses
+    ids = torch.tensor([[3, 8, 8, 21], [60, 61, 3, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    batch = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "loss_mask": torch.zeros(2, 4),
+    }
+    model.zero_grad()
+    lp, ent = forward_logprobs(model, batch, with_entropy=True, pack=pack, policy_only=True)
+    assert lp.requires_grad and not lp.any() and not ent.any()
+    (lp * batch["loss_mask"]).sum().backward()
+    assert all(not p.grad.any() for p in model.parameters() if p.grad is not None)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_the_sampler_records_the_models_logprobs(model, temperature):
     """Rows of different lengths that stop at different times (so the sampler drops finished rows):
