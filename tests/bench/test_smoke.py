@@ -620,7 +620,8 @@ def test_sampling(capsys: pytest.CaptureFixture[str]) -> None:
 def test_busy_step(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from tests.bench import busy_step
 
-    busy_step.main(["--steps", "2", "--sft-steps", "1", "--out", str(tmp_path)])
+    sets = ["--set", "rollout.tasks_per_step=2", "--set", "rollout.max_turns=1"]  # the base calls tools
+    busy_step.main(["--steps", "2", "--sft-steps", "1", *sets, "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert lines(out, "| 0 | quiet") and lines(out, "| 0 | busy"), out
     ratio = numbers(lines(out, "busy / quiet step:")[0])
