@@ -1,7 +1,7 @@
 """The HF sampler against the model's own decode speed (issue 37): tokens per second of
 ``agentrl.sampling.generate.sample_batch`` and of a floor, the same model's bare decode loop.
 
-    OMP_NUM_THREADS=2 python -m tests.bench.sampling [--shape quickstart|smollm2|all] \\
+    OMP_NUM_THREADS=2 python -m tests.bench.sampling [--shape quickstart|base|smollm2|all] \\
         [--model DIR] [--repeats 3] [--baseline REF] [--threads N] [--device cpu|cuda]
 
 For each shape: the same model, prompts (B rows of different lengths, left-padded), and T new tokens
@@ -15,7 +15,8 @@ in three ways, one after the other, ``--repeats`` times (the best of each is rep
   git revision ``REF``, the same call (the sampler before a change, measured in the same run).
 
 Shapes: ``quickstart`` (``tiny:layers=2,hidden=128,heads=4,kv_heads=2``, 2,048 ids, 32 rows of
-~400 tokens, 80 new: a quickstart rollout turn) and ``smollm2`` (SmolLM2-135M: the imported model of
+~400 tokens, 80 new: a quickstart rollout turn), ``base`` (the quickstart's model since issue 36,
+``base:research-tiny``: the same backbone with a copy head, at the same batch) and ``smollm2`` (SmolLM2-135M: the imported model of
 ``--model`` when given, else a randomly initialised one of its config; 12 rows of ~600 tokens, 64
 new: ``examples/smollm2``'s batch). The GPU kit runs the 0.5B/1.5B shapes (``tests/gpu/shapes.py``).
 Prints a markdown table: the prefill's seconds, then for each way the seconds per call, ms per decode
@@ -45,6 +46,7 @@ from agentrl.sampling.kv_cache import cache_kwarg, returned_cache
 ROOT = Path(__file__).resolve().parents[2]
 SHAPES: dict[str, dict[str, Any]] = {
     "quickstart": {"rows": 32, "prompt": 400, "new": 80},
+    "base": {"rows": 32, "prompt": 400, "new": 80},
     "smollm2": {"rows": 12, "prompt": 600, "new": 64},
 }
 
@@ -56,6 +58,12 @@ def build(shape: str, model_dir: str | None, device: str) -> tuple[torch.nn.Modu
 
     if shape == "quickstart":
         model = build_tiny_model(2048, "tiny:layers=2,hidden=128,heads=4,kv_heads=2", seed=0)
+    elif shape == "base":
+        from agentrl.learn.bases import resolve_base
+        from agentrl.learn.models import register_model_types
+
+        register_model_types()
+        model = AutoModelForCausalLM.from_pretrained(resolve_base("base:research-tiny"))
     elif model_dir:
         model = AutoModelForCausalLM.from_pretrained(model_dir)
     else:

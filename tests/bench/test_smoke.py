@@ -614,6 +614,15 @@ def test_sampling(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"prefill", "floor", "sampler"} <= set(ways), out
     assert numbers(ways["floor"])[-1] == 1.0  # the floor is its own share
     assert numbers(ways["sampler"])[-1] > 0
+    sampling.main(
+        ["--shape", "base", *argv[2:]]
+    )  # the shipped base: a copy head decodes through the same cache
+    out = capsys.readouterr().out
+    assert {line.split("|")[3].strip() for line in out.splitlines() if line.startswith("| base")} == {
+        "prefill",
+        "floor",
+        "sampler",
+    }
 
 
 @smoke("busy_step")

@@ -1,9 +1,9 @@
 """The CPU quickstart on CUDA: ``agentrl train examples/quickstart.yaml`` as a user runs it (its own
-process, ``device`` the GPU), judged on the run's own ``metrics.jsonl``: the reward rises over the
-run as it does on the CPU, with the wall time, seconds per step and tokens per second. The CPU run's
-figures (``CPU_REFERENCE``: BENCHMARKS.md, 0.336 → 0.572 over 120 steps on 2 cores, 7 min 7 s) are
-recorded as the section's reference, with their date and machine, never among its figures: the
-report holds what this run measured.
+process, ``device`` the GPU), judged on the run's own ``metrics.jsonl`` and ``summary.json``: the
+training reward rises over the run as it does on the CPU, the held-out evaluation before and after
+RL, with the wall time, seconds per step and tokens per second. The CPU run's figures
+(``CPU_REFERENCE``: BENCHMARKS.md's quickstart table, seed 0) are recorded as the section's reference,
+with their date and machine, never among its figures: the report holds what this run measured.
 
 The run is stopped at the section's budget; the figures then cover the steps it finished
 (``steps_done`` of ``steps_planned``), so a slow card still reports how far it got and how fast.
@@ -32,11 +32,12 @@ DRY = ["steps=2", "sft_steps=1", "sft_episodes=4", "sft_batch_size=2", "rollout.
 #: The quickstart on the CPU, as BENCHMARKS.md's quickstart table has it (its "learning" row): the same
 #: names as the figures this section measures, so the report sets each beside this run's.
 CPU_REFERENCE = Reference(
-    figures={"reward_first": 0.336, "reward_last": 0.572, "reward_gain": 0.235, "wall_s": 427.0,
-             "steps_done": 120},
-    source="BENCHMARKS.md, the quickstart table: time agentrl train examples/quickstart.yaml --no-progress",
-    date="2026-11-24",
-    machine="the development machine: 2 CPU cores, no GPU, nothing else running (CPU model not recorded)",
+    figures={"reward_first": 0.220, "reward_last": 0.322, "reward_gain": 0.102, "wall_s": 438.0,
+             "steps_done": 50, "eval_before": 0.318, "eval_after": 0.392, "eval_gain": 0.074},
+    source="BENCHMARKS.md, the quickstart table (from the research base), seed 0: "
+    "python -m tests.bench.seeds examples/quickstart.yaml --seeds 0,1,2",
+    date="2026-11-29",
+    machine="AMD EPYC, 2 CPU cores (AVX2 kernels), no GPU, nothing else running",
 )  # fmt: skip
 MIN_STEPS = 30  # fewer finished steps say nothing about learning
 
@@ -59,6 +60,22 @@ def _train(argv: list[str], ctx) -> int | None:  # type: ignore[no-untyped-def]
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return None
+
+
+def _heldout(out: Path) -> dict:
+    """The held-out evaluation's means and the paired gain from the run's ``summary.json`` (a run
+    stopped at the budget has none, or the one before RL alone in its metrics)."""
+    import json
+
+    path = out / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    figures: dict = {}
+    for key, field in (("eval_before", "reward"), ("eval_after", "reward"), ("eval_gain", "difference")):
+        card = summary.get(key) or {}
+        if isinstance(card.get(field), dict):
+            figures[key] = card[field]["mean"]
+            figures[f"{key}_ci"] = f"[{card[field]['low']:+.3f}, {card[field]['high']:+.3f}]"
+    return figures
 
 
 def _train_here(argv: list[str]) -> int:
@@ -97,6 +114,7 @@ def run(ctx, rec: Recorder) -> None:  # type: ignore[no-untyped-def]
         "rollout_logprob_diff_mean": _mean(rows, "actor/rollout_logprob_diff"),
         "sft_loss_first": sft[0]["sft/loss"] if sft else None, "sft_loss_last": sft[-1]["sft/loss"] if sft else None,
     })  # fmt: skip
+    rec.figures(_heldout(out))
     rewards = [r.get(REWARD_KEY, 0.0) for r in rows]
     rec.figures({**summarize_rewards(rewards), **summarize_sources(rows)})
     rec.reference("cpu", CPU_REFERENCE)
