@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from agentrl.algos import entropy_from_logits, logprobs_from_logits
-from agentrl.learn.models import autocast, copy_head_of, is_sharded
+from agentrl.learn.models import copy_head_of, forward_context, is_sharded
 from agentrl.stopping import stop_point
 from agentrl.tokens import token_logprobs
 
@@ -151,7 +151,7 @@ def forward_logprobs(
         return _policy_logprobs(model, split, batch, temperature, with_entropy, pack, logits_chunk)
     p = _Packing(batch, model) if pack else None
     inputs = p.inputs if p else _inputs(batch)
-    with autocast(model):
+    with forward_context(model):
         logits = model(**inputs).logits
     if temperature != 1.0:
         logits = logits / temperature
@@ -214,7 +214,7 @@ def _copy_policy_logprobs(
     pointer's queries and the [N, V] mixture at the wanted positions alone (``logits_at``)."""
     rows, cols = _wanted(batch)
     inputs, line, col = _inputs_at(batch, model, rows, cols, pack)
-    with autocast(model):
+    with forward_context(model):
         logits = model(**inputs, logits_at=(line, col)).logits.float()
     return _token_results(logits, batch, rows, cols, temperature, with_entropy)
 
@@ -231,7 +231,7 @@ def _policy_logprobs(
     decoder, head = split
     ids = batch["input_ids"]
     rows, cols = _wanted(batch)
-    with autocast(decoder):
+    with forward_context(decoder):
         inputs, line, col = _inputs_at(batch, model, rows, cols, pack)
         hidden = decoder(**inputs).last_hidden_state
         h = hidden[line, col]  # the hidden state at t − 1 predicts token t
@@ -259,7 +259,7 @@ def _policy_logprobs(
 def forward_values(critic: nn.Module, batch: Batch, pack: bool = False) -> torch.Tensor:
     """The critic's V(s_t) for every token: [B, T] (float32); ``pack`` as in ``forward_logprobs``."""
     p = _Packing(batch, critic) if pack else None
-    with autocast(critic):
+    with forward_context(critic):
         values = critic(**(p.inputs if p else _inputs(batch))).float()
     return p.unpack(values) if p is not None else values
 

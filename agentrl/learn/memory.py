@@ -62,7 +62,7 @@ def _saved_bytes(model: nn.Module, tokens: int, packed: bool) -> int:
     The LM head is left out: the trainer runs it on the policy's tokens in chunks (but a copy head,
     which the trainer runs whole, is in)."""
     from agentrl.learn.forward import _Packing
-    from agentrl.learn.models import autocast, copy_head_of
+    from agentrl.learn.models import copy_head_of, forward_context
 
     whole = copy_head_of(model) or not hasattr(model, "get_decoder")
     backbone = model if whole else model.get_decoder()
@@ -88,7 +88,7 @@ def _saved_bytes(model: nn.Module, tokens: int, packed: bool) -> int:
         with (
             torch.random.fork_rng(devices=forked),
             torch.enable_grad(),
-            autocast(model),
+            forward_context(model),
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
         ):
             out = backbone(**inputs, use_cache=False)

@@ -22,10 +22,11 @@ from torch import nn
 from agentrl.errors import ConfigError
 
 __all__ = [
+    "GPU_ATTENTION",
     "ValueModel",
-    "autocast",
     "build_tiny_model",
     "copy_head_of",
+    "forward_context",
     "frozen_copy",
     "fsdp_modules",
     "full_params",
@@ -127,13 +128,31 @@ def full_params(module: nn.Module | None) -> Iterator[None]:
             m.reshard()
 
 
-def autocast(model: nn.Module) -> contextlib.AbstractContextManager[Any]:
-    """bf16 autocast for float32 parameters on a GPU (fp32 master weights, bf16 matmuls); on a CPU,
-    or for parameters already in half precision, nothing changes."""
+#: SDPA's backends on a GPU: every one but cuDNN's attention, which builds a graph for each new
+#: sequence length (the cache of a decode step grows by one token a step, and a packed micro-batch's
+#: length is its own). On an H200 with torch 2.11 a quickstart rollout spent 59 of its 68 s in
+#: ``scaled_dot_product_attention``, 17 ms a call, where the same decode step with shapes seen before
+#: took 4.6 ms whole (BENCHMARKS.md, "GPU"). Math stays last, so a call no fused kernel takes still runs.
+GPU_ATTENTION = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+@contextlib.contextmanager
+def forward_context(model: nn.Module) -> Iterator[None]:
+    """How a forward pass of ``model`` runs on its device: on a GPU, bf16 autocast for float32
+    parameters (fp32 master weights, bf16 matmuls) and SDPA restricted to ``GPU_ATTENTION``; on a
+    CPU nothing changes (nor for parameters already in half precision, but the attention kernels).
+    The backends are process-wide flags (``torch.nn.attention.sdpa_kernel``), put back on exit."""
     p = next(model.parameters())
-    if p.is_cuda and p.dtype == torch.float32:
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    if not p.is_cuda:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with contextlib.ExitStack() as stack:
+        if p.dtype == torch.float32:
+            stack.enter_context(torch.autocast(device_type="cuda", dtype=torch.bfloat16))
+        stack.enter_context(sdpa_kernel([getattr(SDPBackend, name) for name in GPU_ATTENTION]))
+        yield
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from agentrl.learn.models import autocast
+from agentrl.learn.models import forward_context
 from agentrl.rollout.episode import BatchGenerateFn, Generation, Request, trim
 from agentrl.sampling.decode_cache import preallocate
 from agentrl.sampling.draws import GumbelNoise, row_keys, token_keys
@@ -93,7 +93,7 @@ def sample_batch(
         raise ValueError("a KV cache needs one episode key per prompt")
     if not prompts:
         return []
-    with torch.no_grad(), autocast(model):
+    with torch.no_grad(), forward_context(model):
         return _sample(
             model, prompts, seeds, stop_ids, pad_id, max_new_tokens, temperature, top_p, cache, keys
         )

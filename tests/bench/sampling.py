@@ -1,7 +1,7 @@
 """The HF sampler against the model's own decode speed (issue 37): tokens per second of
 ``agentrl.sampling.generate.sample_batch`` and of a floor, the same model's bare decode loop.
 
-    OMP_NUM_THREADS=2 python -m tests.bench.sampling [--shape quickstart|base|smollm2|all] \\
+    OMP_NUM_THREADS=2 python -m tests.bench.sampling [--shape quickstart|base|smollm2|qwen-0.5b|all] \\
         [--model DIR] [--repeats 3] [--baseline REF] [--threads N] [--device cpu|cuda]
 
 For each shape: the same model, prompts (B rows of different lengths, left-padded), and T new tokens
@@ -18,7 +18,8 @@ Shapes: ``quickstart`` (``tiny:layers=2,hidden=128,heads=4,kv_heads=2``, 2,048 i
 ~400 tokens, 80 new: a quickstart rollout turn), ``base`` (the quickstart's model since issue 36,
 ``base:research-tiny``: the same backbone with a copy head, at the same batch) and ``smollm2`` (SmolLM2-135M: the imported model of
 ``--model`` when given, else a randomly initialised one of its config; 12 rows of ~600 tokens, 64
-new: ``examples/smollm2``'s batch). The GPU kit runs the 0.5B/1.5B shapes (``tests/gpu/shapes.py``).
+new: ``examples/smollm2``'s batch). The GPU kit runs the 0.5B/1.5B shapes (``tests/gpu/shapes.py``);
+``qwen-0.5b`` is its 0.5B shape here, each way after a warm-up call of its own (not in ``all``).
 Prints a markdown table: the prefill's seconds, then for each way the seconds per call, ms per decode
 step (the call less the prefill, over the T - 1 steps after it), tokens/s (B × T over the call) and
 its share of the floor's speed (floor seconds over its seconds, prefill included).
@@ -38,7 +39,7 @@ from typing import Any
 
 import torch
 
-from agentrl.learn.models import autocast
+from agentrl.learn.models import forward_context
 from agentrl.sampling.decode_cache import preallocate
 from agentrl.sampling.generate import _prefill, sample_batch
 from agentrl.sampling.kv_cache import cache_kwarg, returned_cache
@@ -48,6 +49,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "quickstart": {"rows": 32, "prompt": 400, "new": 80},
     "base": {"rows": 32, "prompt": 400, "new": 80},
     "smollm2": {"rows": 12, "prompt": 600, "new": 64},
+    "qwen-0.5b": {"rows": 16, "prompt": 512, "new": 128},
 }
 
 
@@ -64,6 +66,10 @@ def build(shape: str, model_dir: str | None, device: str) -> tuple[torch.nn.Modu
 
         register_model_types()
         model = AutoModelForCausalLM.from_pretrained(resolve_base("base:research-tiny"))
+    elif shape == "qwen-0.5b":  # the GPU kit's 0.5B shape (randomly initialised), outside the kit
+        from tests.gpu.shapes import random_lm
+
+        model = random_lm("0.5B", torch.device(device))
     elif model_dir:
         model = AutoModelForCausalLM.from_pretrained(model_dir)
     else:
@@ -92,7 +98,7 @@ def floor(model: torch.nn.Module, prompts: list[list[int]], new: int, device: st
     """Seconds for one prefill and ``new`` bare decode steps (a preallocated cache, a fixed token)."""
     _sync(device)
     t0 = time.perf_counter()
-    with torch.no_grad(), autocast(model):
+    with torch.no_grad(), forward_context(model):
         past, _, mask, pos, _ = _prefill(model, prompts, [(0, None)] * len(prompts), 0, device)
         preallocate(past, new)
         width = mask.shape[1]
@@ -113,7 +119,7 @@ def prefill(model: torch.nn.Module, prompts: list[list[int]], device: str) -> fl
     """Seconds of the prefill alone (what every way does first)."""
     _sync(device)
     t0 = time.perf_counter()
-    with torch.no_grad(), autocast(model):
+    with torch.no_grad(), forward_context(model):
         _prefill(model, prompts, [(0, None)] * len(prompts), 0, device)
     _sync(device)
     return time.perf_counter() - t0
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     baseline = load_baseline(args.baseline) if args.baseline else None
-    shapes = list(SHAPES) if args.shape == "all" else [args.shape]
+    shapes = [s for s in SHAPES if s != "qwen-0.5b"] if args.shape == "all" else [args.shape]
     rows = [measure(s, args, baseline) for s in shapes]
     from agentrl.train.research_base import cpu_name
 
