@@ -36,6 +36,28 @@ def register(subparsers: Any) -> None:
         "never trained on (default 0)",
     )
     b.add_argument(
+        "--worlds",
+        type=int_range(1),
+        default=1,
+        help="separate webs of --companies each (W x companies companies): each task searches and opens "
+        "only its own world's pages (default 1: one web)",
+    )
+    b.add_argument(
+        "--names",
+        default="sandbox",
+        help="company names: sandbox (its own stems, the default) or syllables (random syllables that never "
+        "spell one: a world no sandbox build, and so no model trained on them, has seen)",
+    )
+    b.add_argument(
+        "--exclude-world",
+        action="append",
+        default=[],
+        metavar="SEED,COMPANIES",
+        type=_world_pair,
+        help="never name a company of the sandbox world SEED,COMPANIES (held-out companies counted); "
+        "repeatable",
+    )
+    b.add_argument(
         "--out", default="envs/sandbox-build", help="output directory (default envs/sandbox-build)"
     )
     b.add_argument("--index", action="store_true", help="also build the BM25 index now")
@@ -63,12 +85,18 @@ def _build(args: argparse.Namespace) -> int:
     from agentrl.env.sandbox import MAX_COMPANIES, build
     from agentrl.errors import ConfigError
 
-    if args.companies > MAX_COMPANIES:
+    if args.companies * args.worlds > MAX_COMPANIES:
         raise ConfigError(
-            f"--companies {args.companies}: at most {MAX_COMPANIES} (the generator has 5,040 company names; "
+            f"--companies {args.companies * args.worlds}: at most {MAX_COMPANIES} (the generator has 5,040 company names; "
             f"{MAX_COMPANIES} companies are {MAX_COMPANIES * 115:,} pages, about a minute to build)"
         )
+    from agentrl.env.sandbox import excluded_stems
+    from agentrl.env.sandbox.world import NAME_SCHEMES
+
+    if args.names not in NAME_SCHEMES:
+        raise ConfigError(f"--names {args.names}: expected one of {', '.join(NAME_SCHEMES)}")
     t0 = time.monotonic()
+    total = args.companies * args.worlds + args.heldout_companies
     stats = build(
         args.out,
         seed=args.seed,
@@ -76,7 +104,10 @@ def _build(args: argparse.Namespace) -> int:
         heldout=args.heldout_companies,
         llm_criteria=args.llm_criteria,
         long_horizon=args.long_horizon,
-        progress=_progress(t0) if args.companies + args.heldout_companies >= 200 else None,
+        progress=_progress(t0) if total >= 200 else None,
+        worlds=args.worlds,
+        exclude=excluded_stems(args.exclude_world),
+        names=args.names,
     )
     if args.index:
         from agentrl.env.backends.sandbox import sandbox_backend
@@ -85,6 +116,15 @@ def _build(args: argparse.Namespace) -> int:
     stats["seconds"] = round(time.monotonic() - t0, 2)
     print(dumps(stats))
     return 0
+
+
+def _world_pair(text: str) -> tuple[int, int]:
+    """``SEED,COMPANIES`` (two integers)."""
+    try:
+        seed, n = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected SEED,COMPANIES (two integers), not {text!r}") from None
+    return seed, n
 
 
 def _progress(t0: float):  # type: ignore[no-untyped-def]

@@ -437,6 +437,7 @@ class ResearchEnv(gymnasium.Env[str, str]):
     def _tool_result(self, name: str, args: dict[str, Any]) -> str:
         assert self.task is not None
         before = self.task.day
+        scope = {"world": self.task.world} if self.task.world is not None else {}  # the task's web alone
         if TOOLS[name].role == "search":
 
             def run_search() -> dict[str, Any]:
@@ -444,11 +445,12 @@ class ResearchEnv(gymnasium.Env[str, str]):
                     raise ToolFailure("no search backend is configured")
                 return {
                     "hits": [
-                        h.to_dict() for h in self._search.search(args["query"], args["k"], before=before)
+                        h.to_dict()
+                        for h in self._search.search(args["query"], args["k"], before=before, **scope)
                     ]
                 }
 
-            sargs = {"query": args["query"], "k": args["k"]}
+            sargs = {"query": args["query"], "k": args["k"], **scope}
             res = (
                 self._cache.call("search", sargs, before, run_search)
                 if self._cache is not None
@@ -461,8 +463,8 @@ class ResearchEnv(gymnasium.Env[str, str]):
         def run_fetch() -> dict[str, Any]:
             if self._fetch is None:
                 raise ToolFailure("no fetch backend is configured")
-            return self._fetch.fetch(args["url"], before=before).to_dict()
+            return self._fetch.fetch(args["url"], before=before, **scope).to_dict()
 
-        fargs = {"url": args["url"]}
+        fargs = {"url": args["url"], **scope}
         res = self._cache.call("fetch", fargs, before, run_fetch) if self._cache is not None else run_fetch()
         return render_page(Page(**res), args["page"], self.config.page_chars)

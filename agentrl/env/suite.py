@@ -50,6 +50,9 @@ class CorpusDoc(BaseModel):
     content_type: Literal["text/html", "application/pdf", "text/plain"] = "text/html"
     kind: str = "page"
     body: str
+    world: str | None = None
+    """The web the page belongs to (a sandbox built with ``worlds``): only tasks of this world see
+    it. None: every task sees it."""
 
 
 class Task(BaseModel):
@@ -67,6 +70,9 @@ class Task(BaseModel):
     split: str = "train"
     """Which part of the suite the task belongs to: ``train`` (the default) or, conventionally,
     ``heldout`` — tasks that training never draws and evaluation reports apart."""
+    world: str | None = None
+    """The web the task's episodes research: they search and open only pages of this world (and
+    pages of none). None: the whole corpus."""
     metadata: dict[str, Any] = {}
 
     @property
@@ -193,15 +199,11 @@ def load_suite(name_or_path: str | Path) -> Suite:
     data_dir = root
     if (root / "sandbox.yaml").exists() and not (root / "tasks.jsonl").exists():
         spec = _read_sandbox_yaml(root / "sandbox.yaml")
-        unknown = (
-            sorted(set(spec) - {"seed", "companies", "heldout_companies", "long_horizon"})
-            if isinstance(spec, dict)
-            else []
-        )
+        unknown = sorted(set(spec) - set(_SANDBOX_KEYS)) if isinstance(spec, dict) else []
         if not isinstance(spec, dict) or unknown:
             raise ConfigError(
-                f"{root / 'sandbox.yaml'}: expected a mapping of seed, companies, heldout_companies, "
-                "long_horizon" + (f"; unknown key {unknown[0]!r}" if unknown else "")
+                f"{root / 'sandbox.yaml'}: expected a mapping of {', '.join(_SANDBOX_KEYS)}"
+                + (f"; unknown key {unknown[0]!r}" if unknown else "")
             )
         try:
             data_dir = materialize(
@@ -209,6 +211,9 @@ def load_suite(name_or_path: str | Path) -> Suite:
                 companies=int(spec.get("companies", 50)),
                 heldout=int(spec.get("heldout_companies", 0)),
                 long_horizon=_flag(spec.get("long_horizon", False)),
+                worlds=int(spec.get("worlds", 1)),
+                exclude_worlds=_worlds(spec.get("exclude_worlds", [])),
+                names=str(spec.get("names", "sandbox")),
             )
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{root / 'sandbox.yaml'}: {e}") from None
@@ -243,6 +248,27 @@ def read_corpus(path: Path) -> list[CorpusDoc]:
             except (ValidationError, ValueError) as e:
                 raise ConfigError(f"{path}:{lineno}: not a corpus document: {e}") from None
     return docs
+
+
+#: What a ``sandbox.yaml`` may say (``agentrl.env.sandbox.build``'s arguments).
+_SANDBOX_KEYS = (
+    "seed",
+    "companies",
+    "heldout_companies",
+    "long_horizon",
+    "worlds",
+    "exclude_worlds",
+    "names",
+)
+
+
+def _worlds(value: Any) -> list[tuple[int, int]]:
+    """``exclude_worlds``: a list of ``[seed, companies]`` pairs."""
+    if not isinstance(value, list) or not all(
+        isinstance(w, list) and len(w) == 2 and all(type(x) is int for x in w) for w in value
+    ):
+        raise ValueError(f"exclude_worlds: expected a list of [seed, companies] pairs, got {value!r}")
+    return [(w[0], w[1]) for w in value]
 
 
 def _flag(value: Any) -> bool:

@@ -75,7 +75,7 @@ def test_the_dry_run_measures_what_the_gpu_run_reports(dry):
     qs = _section(report, "quickstart").figures
     assert qs["steps_done"] == 2 and qs["complete"] is True and math.isfinite(qs["s_per_step"])
     cpu = _section(report, "quickstart").references["cpu"]  # the CPU run, beside this run's same figures
-    assert cpu.figures["steps_done"] == 50 and cpu.figures.keys() <= qs.keys() and cpu.date == "2026-11-29"
+    assert cpu.figures["steps_done"] == 50 and cpu.figures.keys() <= qs.keys() and cpu.date == "2026-11-30"
     assert all(0 <= qs[k] <= 1 for k in ("eval_before", "eval_after")) and qs["eval_gain_ci"].startswith("[")
     assert _section(report, "device").figures["version/pydantic"] != "not installed"
 

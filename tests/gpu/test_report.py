@@ -55,8 +55,9 @@ def test_the_quickstart_reference_names_the_figures_the_section_measures():
     from agentrl.train.report import summarize_rewards
 
     measured = set(summarize_rewards([0.1, 0.2, 0.3, 0.4, 0.5])) | {"wall_s", "steps_done"}
+    measured |= {"eval_before", "eval_after", "eval_gain"}  # the held-out evaluation (summary.json)
     assert CPU_REFERENCE.figures.keys() <= measured
-    assert CPU_REFERENCE.date == "2026-11-24" and "2 CPU cores" in CPU_REFERENCE.machine
+    assert CPU_REFERENCE.date == "2026-11-30" and "2 CPU cores" in CPU_REFERENCE.machine
     assert "BENCHMARKS.md" in CPU_REFERENCE.source
     cpu = CPU_REFERENCE.figures  # the published gain is last − first (each rounded to 3 places)
     assert cpu["reward_last"] - cpu["reward_first"] == pytest.approx(cpu["reward_gain"], abs=0.001)

@@ -206,10 +206,16 @@ def test_a_copied_quickstart_config_says_where_it_looked(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     proc = _train(cfg, cwd=elsewhere)
-    line = _one_line_error(proc, "rollout.suite 'quickstart-env'", "not found")
-    assert str(elsewhere / "quickstart-env") in line and str(tmp_path / "quickstart-env") in line
+    line = _one_line_error(proc, "rollout.suite 'quickstart-worlds'", "not found")
+    assert str(elsewhere / "quickstart-worlds") in line and str(tmp_path / "quickstart-worlds") in line
     assert sorted(p.name for p in elsewhere.iterdir()) == []  # no runs/quickstart left behind
+    shutil.copytree(ROOT / "examples" / "quickstart-worlds", tmp_path / "quickstart-worlds")
+    line = _one_line_error(
+        _train(cfg, cwd=elsewhere), "eval.suite 'quickstart-env'", "not found"
+    )  # the next one
     shutil.copytree(ROOT / "examples" / "quickstart-env", tmp_path / "quickstart-env")
     proc = _train(cfg, "--print-config", cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr
-    assert yaml.safe_load(proc.stdout)["rollout"]["suite"] == str(tmp_path / "quickstart-env")
+    printed = yaml.safe_load(proc.stdout)
+    assert printed["rollout"]["suite"] == str(tmp_path / "quickstart-worlds")
+    assert printed["eval"]["suite"] == str(tmp_path / "quickstart-env")

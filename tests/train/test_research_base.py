@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentrl.env.sandbox.world import make_world
+from agentrl.env.sandbox import excluded_stems
+from agentrl.env.sandbox.world import make_world, sandbox_stems
 from agentrl.errors import ConfigError
 from agentrl.rundir import file_digest
 from agentrl.train.research_base import ENV, Recipe, example_stems, export_llama, pretrain, save_base
@@ -29,14 +30,22 @@ def test_the_env_is_the_quickstart_suites():
 def test_every_example_world_is_one_the_base_excludes():
     # each sandbox.yaml the repository ships builds a world whose companies are among example_stems,
     # so adding an example with another seed or more companies fails here until EXAMPLE_WORLDS has it
+    # (a world of syllable names instead names no company the base's data can: it draws sandbox names)
     excluded = example_stems()
     specs = sorted([*ROOT.glob("examples/**/sandbox.yaml"), *ROOT.glob("envs/**/sandbox.yaml")])
-    assert len(specs) >= 3
+    assert len(specs) >= 4
     for spec in specs:
         data = load_yaml(spec.read_text(encoding="utf-8"), str(spec), error=ConfigError)[0]
-        n = int(data.get("companies", 50)) + int(data.get("heldout_companies", 0))
-        stems = {c.name.split()[0] for c in make_world(int(data.get("seed", 0)), n)}
-        assert stems <= excluded, (spec, sorted(stems - excluded))
+        n = int(data.get("companies", 50)) * int(data.get("worlds", 1)) + int(
+            data.get("heldout_companies", 0)
+        )
+        names = data.get("names", "sandbox")
+        exclude = excluded_stems([tuple(w) for w in data.get("exclude_worlds", [])])
+        stems = {c.name.split()[0] for c in make_world(int(data.get("seed", 0)), n, names, exclude)}
+        if names == "syllables":
+            assert not stems & sandbox_stems(), spec
+        else:
+            assert stems <= excluded, (spec, sorted(stems - excluded))
 
 
 def test_the_worlds_name_no_example_company(monkeypatch):

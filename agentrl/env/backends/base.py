@@ -46,12 +46,15 @@ class Page:
 
 
 class SearchBackend(Protocol):
-    """Anything that answers ``search``; ``before`` hides documents dated after it (the clock)."""
+    """Anything that answers ``search``; ``before`` hides documents dated after it (the clock). The
+    env passes ``world=`` only for a task that names one (a sandbox built with ``worlds``): then
+    only that world's documents exist."""
 
     def search(self, query: str, k: int, *, before: dt.date | None = None) -> list[Hit]: ...
 
 
 class FetchBackend(Protocol):
-    """Anything that answers ``open_url``; raises ``ToolFailure`` for a page it cannot give."""
+    """Anything that answers ``open_url``; raises ``ToolFailure`` for a page it cannot give (and,
+    given ``world=``, for a page of another world)."""
 
     def fetch(self, url: str, *, before: dt.date | None = None) -> Page: ...

@@ -37,12 +37,21 @@ def normalize_args(tool: str, args: dict[str, Any]) -> dict[str, Any]:
     """The arguments that decide a tool's result, in canonical form (whitespace collapsed, URL
     normalised, defaults filled)."""
     if tool == "search":
-        return {"query": " ".join(str(args.get("query", "")).split()), "k": int(args.get("k", 5))}
+        return {
+            "query": " ".join(str(args.get("query", "")).split()),
+            "k": int(args.get("k", 5)),
+            **_world(args),
+        }
     if tool == "fetch":
         from agentrl.env.backends.sandbox import normalize_url
 
-        return {"url": normalize_url(str(args.get("url", "")))}
+        return {"url": normalize_url(str(args.get("url", ""))), **_world(args)}
     return dict(sorted(args.items()))
+
+
+def _world(args: dict[str, Any]) -> dict[str, Any]:
+    """A task's world is part of a call's key when it has one (a call without one keys as before)."""
+    return {"world": str(args["world"])} if args.get("world") is not None else {}
 
 
 def cache_key(tool: str, args: dict[str, Any], before: dt.date | None) -> str:

@@ -51,9 +51,9 @@ class HttpFetch:
             },
         )
 
-    def fetch(self, url: str, *, before: dt.date | None = None) -> Page:
-        """The text of ``url`` (``before`` is ignored: the live web has no clock)."""
-        del before
+    def fetch(self, url: str, *, before: dt.date | None = None, world: str | None = None) -> Page:
+        """The text of ``url`` (``before`` and ``world`` are ignored: the live web has no clock and is one web)."""
+        del before, world
         deadline = time.monotonic() + self.config.timeout_s * (self.config.max_redirects + 1)
         current = url.strip()
         for _ in range(self.config.max_redirects + 1):

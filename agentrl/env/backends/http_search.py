@@ -45,9 +45,11 @@ class HttpSearch:
             return self._client.get(url, params={"q": query, "format": "json"})
         return self._client.post(url, json={"queries": [query], "topk": k, "return_scores": True})
 
-    def search(self, query: str, k: int, *, before: dt.date | None = None) -> list[Hit]:
-        """Top ``k`` results (``before`` is not supported by these APIs and is ignored)."""
-        del before
+    def search(
+        self, query: str, k: int, *, before: dt.date | None = None, world: str | None = None
+    ) -> list[Hit]:
+        """Top ``k`` results (``before`` and ``world`` are not supported by these APIs and are ignored)."""
+        del before, world
         last = ""
         for attempt in range(self.config.retries + 1):
             try:

@@ -3,7 +3,7 @@
 The index is built once per corpus and cached on disk next to it (or under the cache dir when the
 corpus directory is read-only), keyed by the corpus file's content hash. Documents dated after the
 ``before`` date are masked out of every search and cannot be opened: for the agent they do not
-exist yet.
+exist yet. Likewise, given a ``world``, the pages of other worlds (a sandbox built with ``worlds``).
 """
 
 from __future__ import annotations
@@ -73,6 +73,10 @@ class SandboxBackend:
         self.dates = [d.date for d in docs]
         self._ordinals = np.array([parse_date(d.date).toordinal() for d in docs], dtype=np.int64)  # type: ignore[union-attr]
         self._by_url = {u: i for i, u in enumerate(self.urls)}
+        self._world_code = {
+            w: i for i, w in enumerate(sorted({d.world for d in docs if d.world is not None}))
+        }
+        self._worlds = np.array([self._world_code.get(d.world, -1) for d in docs], dtype=np.int64)
         self._retriever = self._load_or_build(index_dir, titles, texts, texts_file)
 
     # ---- index ---------------------------------------------------------------------------
@@ -131,17 +135,31 @@ class SandboxBackend:
         return retriever
 
     # ---- tools ---------------------------------------------------------------------------
-    def search(self, query: str, k: int, *, before: dt.date | None = None) -> list[Hit]:
-        """The top ``k`` documents for ``query`` among those dated on or before ``before``."""
-        import bm25s
+    def _visible(self, before: dt.date | None, world: str | None):  # type: ignore[no-untyped-def]
+        """1/0 per document: dated on or before ``before`` and of ``world`` (or of none); None when
+        every document is."""
         import numpy as np
+
+        mask = None
+        if before is not None:
+            mask = self._ordinals <= before.toordinal()
+        if world is not None:
+            code = self._world_code.get(world, -2)  # a world the corpus does not have: none of its pages
+            seen = (self._worlds == code) | (self._worlds == -1)
+            mask = seen if mask is None else mask & seen
+        return None if mask is None else mask.astype(np.float32)
+
+    def search(
+        self, query: str, k: int, *, before: dt.date | None = None, world: str | None = None
+    ) -> list[Hit]:
+        """The top ``k`` documents for ``query`` among those dated on or before ``before`` (and of
+        ``world``, or of none)."""
+        import bm25s
 
         tokens = bm25s.tokenize([query], stopwords="en", return_ids=False, show_progress=False)
         if not tokens or not tokens[0]:
             return []
-        mask = None
-        if before is not None:
-            mask = (self._ordinals <= before.toordinal()).astype(np.float32)
+        mask = self._visible(before, world)
         n = min(k, len(self.urls))
         with self._lock:  # bm25s keeps per-call state on the retriever
             docs, scores = self._retriever.retrieve(
@@ -161,10 +179,13 @@ class SandboxBackend:
             )
         return hits
 
-    def fetch(self, url: str, *, before: dt.date | None = None) -> Page:
-        """The page at ``url``; a page dated after ``before`` is as absent as an unknown URL."""
+    def fetch(self, url: str, *, before: dt.date | None = None, world: str | None = None) -> Page:
+        """The page at ``url``; a page dated after ``before``, or of a world other than ``world``, is
+        as absent as an unknown URL."""
         i = self._by_url.get(normalize_url(url))
         if i is None or (before is not None and self._ordinals[i] > before.toordinal()):
+            raise ToolFailure(f"404 Not Found: {url}")
+        if world is not None and self._worlds[i] not in (-1, self._world_code.get(world, -2)):
             raise ToolFailure(f"404 Not Found: {url}")
         return Page(
             url=self.raw_urls[i],

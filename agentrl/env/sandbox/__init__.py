@@ -9,6 +9,12 @@ same whatever ``heldout`` is): their pages are in the same corpus â€” one web â€
 ``"split": "heldout"``, which training never draws (``Suite.tasks_in``). Names never repeat within a
 world, so a held-out company shares no name, URL or figure series with a training one: answering
 about it takes research, not recall.
+
+``worlds`` cuts the companies into separate webs of ``companies`` each (``worlds * companies``
+training companies, then ``heldout`` more, in worlds of their own): every page and task names its
+world (``w0``, ``w1``, ...) and a task searches and opens only its world's pages (the sandbox
+backend's scope). So a run can train on many companies, each seen rarely, while every episode
+researches a web as small as one world (issue 36: worlds that never repeat).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 from agentrl.cachedir import cache_root
 from agentrl.errors import ConfigError
 
-__all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "MAX_COMPANIES", "build", "materialize"]
+__all__ = ["GENERATOR_VERSION", "LLM_CRITERION", "MAX_COMPANIES", "build", "excluded_stems", "materialize"]
 
 #: The most companies one build generates: the generator has 5,040 distinct company names, and
 #: 2,000 companies are 230,000 pages and 22,000 tasks, about a minute and 0.6 GB on one core.
@@ -62,6 +68,7 @@ def build(
     progress: Callable[[int, int], None] | None = None,
     names: str = "sandbox",
     exclude: Collection[str] = (),
+    worlds: int = 1,
 ) -> dict[str, Any]:
     """Write a sandbox suite into ``out_dir``; returns counts (pages, tasks, by kind, family and split).
 
@@ -78,6 +85,9 @@ def build(
     are drawn and ``exclude`` the stems never drawn (``agentrl.env.sandbox.world.make_world``;
     ``syllables`` never names a company any ``sandbox`` build has). ``out_dir`` is created only
     when the files are written, so a build stopped while it generates leaves nothing behind.
+    ``worlds`` > 1: ``worlds * companies`` training companies in worlds of ``companies`` (the held-out
+    ones after them, in worlds of ``companies`` too); each page and task carries its ``world``. With
+    ``worlds`` 1 nothing is tagged and the files are as before.
     """
     from agentrl.env.sandbox.correction import make_corrections
     from agentrl.env.sandbox.multi import make_multi_tasks
@@ -89,6 +99,11 @@ def build(
         raise ValueError("companies must be at least 1")
     if heldout < 0:
         raise ValueError("heldout companies must be at least 0")
+    if worlds < 1:
+        raise ValueError("worlds must be at least 1")
+    if worlds > 1 and long_horizon:
+        raise ConfigError("worlds: the long-horizon families compare companies across one web; use worlds: 1")
+    per_world, companies = companies, companies * worlds
     if companies + heldout > MAX_COMPANIES:
         raise ConfigError(
             f"companies: {companies + heldout} is over the cap of {MAX_COMPANIES} (the generator has 5,040 "
@@ -101,11 +116,14 @@ def build(
     tasks: list[dict[str, Any]] = []
     for i, comp in enumerate(world, 1):
         cp = render_company(comp, page_rng)
-        pages.extend(cp)
         made = make_tasks(comp, {p["id"]: p for p in cp}, task_rng)
         if i > companies:  # train tasks carry no key: a world without held-out companies is unchanged
             for t in made:
                 t["split"] = "heldout"
+        if worlds > 1:  # the held-out companies come after the last full world: worlds of their own
+            for item in (*cp, *made):
+                item["world"] = f"w{(i - 1) // per_world}"
+        pages.extend(cp)
         tasks.extend(made)
         if progress is not None:
             progress(i, companies + heldout)
@@ -160,10 +178,33 @@ def build(
     }
 
 
-def materialize(seed: int = 0, companies: int = 50, heldout: int = 0, long_horizon: bool = False) -> Path:
-    """The directory of the sandbox for ``(seed, companies, heldout, long_horizon)``, built into the
-    cache on first use."""
+def excluded_stems(exclude_worlds: Collection[tuple[int, int]]) -> frozenset[str]:
+    """The company stems (``Ostionline`` of ``Ostionline Networks``) of the sandbox worlds
+    ``(seed, companies)`` (held-out companies included: a world of 3 + 3 is ``(seed, 6)``)."""
+    from agentrl.env.sandbox.world import make_world
+
+    return frozenset(c.name.split()[0] for seed, n in exclude_worlds for c in make_world(seed, n))
+
+
+def materialize(
+    seed: int = 0,
+    companies: int = 50,
+    heldout: int = 0,
+    long_horizon: bool = False,
+    worlds: int = 1,
+    exclude_worlds: Collection[tuple[int, int]] = (),
+    names: str = "sandbox",
+) -> Path:
+    """The directory of the sandbox for ``(seed, companies, heldout, long_horizon, worlds, names)``,
+    built into the cache on first use. ``exclude_worlds``: ``(seed, companies)`` of sandbox worlds whose
+    companies this one never names (``excluded_stems``)."""
     name = f"v{GENERATOR_VERSION}-seed{seed}-c{companies}" + (f"-h{heldout}" if heldout else "")
+    if worlds > 1:
+        name += f"-w{worlds}"
+    if names != "sandbox":
+        name += f"-{names}"
+    if exclude_worlds:
+        name += "-x" + "_".join(f"{s}.{n}" for s, n in sorted(exclude_worlds))
     if long_horizon:
         from agentrl.env.sandbox.multi import MULTI_VERSION
 
@@ -175,7 +216,10 @@ def materialize(seed: int = 0, companies: int = 50, heldout: int = 0, long_horiz
     # builds into a directory of its own and renames it into place; the first rename wins.
     mine = out.parent / f".{name}.tmp-{os.getpid()}-{threading.get_ident()}"
     shutil.rmtree(mine, ignore_errors=True)
-    build(mine, seed=seed, companies=companies, heldout=heldout, long_horizon=long_horizon)
+    build(
+        mine, seed=seed, companies=companies, heldout=heldout, long_horizon=long_horizon, worlds=worlds,
+        exclude=excluded_stems(exclude_worlds), names=names,
+    )  # fmt: skip
     if out.exists() and not (out / "tasks.jsonl").exists():
         shutil.rmtree(out, ignore_errors=True)  # a build stopped halfway, before this fix
     try:
