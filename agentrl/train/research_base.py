@@ -108,9 +108,9 @@ EXAMPLE_WORLDS = ((0, 50),)
 
 def example_stems() -> frozenset[str]:
     """The company stems of ``EXAMPLE_WORLDS`` (``Ostionline`` of ``Ostionline Networks``)."""
-    from agentrl.env.sandbox.world import make_world
+    from agentrl.env.sandbox import excluded_stems
 
-    return frozenset(c.name.split()[0] for seed, n in EXAMPLE_WORLDS for c in make_world(seed, n))
+    return excluded_stems(EXAMPLE_WORLDS)
 
 
 def world_episodes(
